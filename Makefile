@@ -1,0 +1,39 @@
+# ocihook: make demo (a real podman container gets a driver injected) and make test (every test).
+PYTHON ?= /usr/bin/python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+
+.PHONY: all deps venv test demo lint format bench rpm selinux clean
+
+all: test
+
+deps:
+	@scripts/install-deps.sh
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: deps $(VENV)/.stamp
+
+test: venv
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+demo: venv
+	$(VPY) scripts/demo.py
+
+lint: venv
+	$(VENV)/bin/ruff check ocihook tests bench scripts
+	$(VENV)/bin/ruff format --check ocihook tests bench scripts
+
+format: venv
+	$(VENV)/bin/ruff format ocihook tests bench scripts
+	$(VENV)/bin/ruff check --fix ocihook tests bench scripts
+
+bench: venv
+	$(VPY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

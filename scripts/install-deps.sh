@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs the Debian packages that the demo, the tests and the RPM build need.
+# Idempotent: does nothing when every package is already installed.
+set -eu
+PKGS="podman runc busybox-static gcc make libc6-dev
+selinux-policy-default selinux-policy-dev selinux-policy-src checkpolicy semodule-utils
+policycoreutils setools python3-selinux python3-setools python3-sepolgen python3-venv
+python3-dev libcap-dev rpm rpmlint zstd attr"
+# shellcheck disable=SC2086
+if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \
+   || [ "$(dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | wc -l)" -ne "$(echo $PKGS | wc -w)" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: run as root to install: $PKGS" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
+fi
