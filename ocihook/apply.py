@@ -1,0 +1,387 @@
+"""Apply a Plan to a container: bind mounts, links, device nodes, labels.
+
+Two phases, because the kernel lets a detached mount cross mount namespaces but not
+a path: on the host, `clone_sources` resolves every source inside its root and clones
+it into a detached, read-only mount; then `enter_container` joins the container's
+mount namespace and `ContainerWriter` attaches those mounts onto targets resolved
+inside the rootfs by file descriptor. Every change is on an undo stack: a failure
+rolls the container back to how it was.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import stat
+from dataclasses import dataclass
+from typing import Callable
+
+from ocihook import linux, securepath
+from ocihook.errors import OcihookError
+from ocihook.plan import DeviceNode, Link, Mount, Plan
+from ocihook.selinux.label import set_label_at
+
+_MOUNT_ATTRS = linux.MOUNT_ATTR_RDONLY | linux.MOUNT_ATTR_NOSUID | linux.MOUNT_ATTR_NODEV
+_MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+
+
+@dataclass
+class SourceTree:
+    """A source file cloned into a detached mount, ready to attach."""
+
+    mount: Mount
+    fd: int
+    dev: int
+    ino: int
+
+
+def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.stat_result]:
+    try:
+        fd = securepath.resolve(root_fd, inner)
+    except OSError as error:
+        raise OcihookError(f"{what}: {error.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        tree = linux.open_tree(
+            fd, "", linux.AT_EMPTY_PATH | linux.OPEN_TREE_CLONE | linux.OPEN_TREE_CLOEXEC
+        )
+    except OSError as error:
+        raise OcihookError(f"{what}: cannot clone for a bind mount: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        linux.mount_setattr(tree, attrs)
+    except OSError as error:
+        os.close(tree)
+        raise OcihookError(f"{what}: cannot make the mount read-only: {error.strerror}") from None
+    return tree, st
+
+
+def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
+    """Detached read-only mounts of every planned file (host side, before setns)."""
+    trees: list[SourceTree] = []
+    try:
+        for m in plan.mounts:
+            attrs = _MOUNT_ATTRS | (linux.MOUNT_ATTR_NOEXEC if m.noexec else 0)
+            tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
+            trees.append(SourceTree(m, tree, st.st_dev, st.st_ino))
+            wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
+            if not wanted(st.st_mode):
+                raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
+    except BaseException:
+        close_trees(trees)
+        raise
+    return trees
+
+
+def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
+    """Detached mounts of the host's device nodes (for containers with a user namespace)."""
+    trees: dict[str, int] = {}
+    try:
+        for node in plan.devices:
+            tree, st = _clone(
+                device_fd, node.host_path, linux.MOUNT_ATTR_NOSUID, f"device {node.host_path}"
+            )
+            trees[node.path] = tree
+            if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
+                raise OcihookError(f"device {node.host_path}: changed since it was planned")
+    except BaseException:
+        for tree in trees.values():
+            os.close(tree)
+        raise
+    return trees
+
+
+def mount_kinds(mount: Mount) -> tuple[Callable[[int], bool], ...]:
+    """File types an existing mountpoint in the image may have for this mount."""
+    return (stat.S_ISREG, stat.S_ISSOCK) if mount.kind == "socket" else (stat.S_ISREG,)
+
+
+def close_trees(trees: list[SourceTree]) -> None:
+    for tree in trees:
+        os.close(tree.fd)
+
+
+def _host_mount_namespaces() -> set[int]:
+    """Inodes of our own mount namespace and (where readable) that of pid 1."""
+    inodes = {os.stat("/proc/self/ns/mnt").st_ino}
+    try:
+        inodes.add(os.stat("/proc/1/ns/mnt").st_ino)
+    except OSError:
+        pass  # pid 1 not ptrace-readable (a sandbox): our own namespace is the host's
+    return inodes
+
+
+def enter_container(pid: int, rootfs: str) -> int:
+    """Join the mount namespace of `pid`; return an O_PATH fd of the container's rootfs.
+
+    Refuses a pid whose mount namespace is ours or the host's (pid 1), and a rootfs that is
+    not a mount point in that namespace: a wrong pid must not redirect mounts onto the host.
+    """
+    if pid <= 0:
+        raise OcihookError(
+            "state on stdin: field 'pid' is missing or 0; the hook needs the container's pid"
+        )
+    try:
+        ns_fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise OcihookError(f"state on stdin: pid {pid}: {error.strerror}") from None
+    try:
+        target = os.fstat(ns_fd).st_ino
+        if target in _host_mount_namespaces():
+            raise OcihookError(f"state on stdin: pid {pid} is not in a container's mount namespace")
+        linux.setns(ns_fd, linux.CLONE_NEWNS)
+    finally:
+        os.close(ns_fd)
+    if not _is_mount_point(rootfs):
+        raise OcihookError(
+            f"rootfs {rootfs} is not a mount point in the mount namespace of pid {pid}"
+        )
+    try:
+        return securepath.open_dir(rootfs)
+    except OSError as error:
+        raise OcihookError(f"rootfs {rootfs}: {error.strerror}") from None
+
+
+def _is_mount_point(path: str) -> bool:
+    wanted = path.rstrip("/") or "/"
+    with open("/proc/self/mountinfo", "rb") as mountinfo:
+        for line in mountinfo:
+            fields = line.split(b" ", 5)
+            if len(fields) > 4 and _unescape(fields[4]) == wanted:
+                return True
+    return False
+
+
+def _unescape(field: bytes) -> str:
+    text = field.decode(errors="surrogateescape")
+    if "\\" not in text:
+        return text
+    return (
+        text.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )
+
+
+def detect_lib_dir(root_fd: int) -> str:
+    """Where the image keeps its libraries: Debian multiarch, RHEL lib64, or plain lib."""
+    candidates = []
+    triplet = _MULTIARCH.get(platform.machine())
+    if triplet:
+        candidates.append(f"/usr/lib/{triplet}")
+    candidates += ["/usr/lib64", "/lib64"]
+    for candidate in candidates:
+        try:
+            fd = securepath.resolve(root_fd, candidate)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                # /lib64 alone (a loader link dir on Debian) is not a library dir.
+                if candidate != "/lib64" or _looks_like_lib_dir(fd):
+                    return os.path.normpath(candidate)
+        finally:
+            os.close(fd)
+    return "/usr/lib"
+
+
+def _looks_like_lib_dir(fd: int) -> bool:
+    try:
+        return os.path.exists(securepath.fd_path(fd, "libc.so.6"))
+    except OSError:
+        return False
+
+
+class ContainerWriter:
+    """Makes the planned changes inside one rootfs; remembers how to undo them."""
+
+    def __init__(self, root_fd: int, label: str | None, uid: int = 0, gid: int = 0) -> None:
+        self.root_fd = root_fd
+        self.label = label
+        self.uid = uid
+        self.gid = gid
+        self.created: list[str] = []
+        self.labelled: list[str] = []
+        self._undo: list[Callable[[], None]] = []
+
+    # -- helpers ---------------------------------------------------------
+    def _parent(self, path: str) -> tuple[int, str]:
+        parent, name = securepath.split(path)
+        created: list[str] = []
+        try:
+            fd = securepath.mkdirs(self.root_fd, parent, 0o755, created)
+        except OSError as error:
+            raise OcihookError(f"container {parent}: {error.strerror}") from None
+        finally:
+            for directory in created:
+                self._created(directory)
+        return fd, name
+
+    def _created(self, path: str) -> None:
+        """Record, own and label something we created at `path` (inside the rootfs)."""
+        self.created.append(path)
+        parent, name = securepath.split(path)
+        parent_fd = securepath.resolve(self.root_fd, parent)
+        try:
+            if self.uid or self.gid:
+                os.chown(name, self.uid, self.gid, dir_fd=parent_fd, follow_symlinks=False)
+            if self.label:
+                set_label_at(parent_fd, name, self.label)
+                self.labelled.append(path)
+        finally:
+            os.close(parent_fd)
+
+        def remove() -> None:
+            fd = securepath.resolve(self.root_fd, parent)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    os.rmdir(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            finally:
+                os.close(fd)
+
+        self._undo.append(remove)
+
+    def rollback(self) -> None:
+        """Undo every change in reverse order; keep going past errors."""
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except OSError:
+                pass
+
+    # -- mounts ----------------------------------------------------------
+    def _mountpoint(self, path: str, kinds: tuple[Callable[[int], bool], ...]) -> int:
+        """O_PATH fd of a file at `path` to mount onto, created empty if missing."""
+        parent_fd, name = self._parent(path)
+        try:
+            try:
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644,
+                    dir_fd=parent_fd,
+                )
+                os.close(fd)
+                self._created(path)
+            except FileExistsError:
+                pass
+            target = securepath.resolve(self.root_fd, path, follow_final=False)
+        except OSError as error:
+            raise OcihookError(f"container {path}: {error.strerror}") from None
+        finally:
+            os.close(parent_fd)
+        mode = os.fstat(target).st_mode
+        if not any(kind(mode) for kind in kinds):
+            os.close(target)
+            raise OcihookError(
+                f"container {path}: exists in the image as a {_kind(mode)}; not mounting over it"
+            )
+        return target
+
+    def attach(
+        self,
+        tree: int,
+        path: str,
+        expect: tuple[int, int] | None,
+        what: str,
+        kinds: tuple[Callable[[int], bool], ...] = (stat.S_ISREG,),
+    ) -> None:
+        """Attach the detached mount `tree` at `path`; verify it landed there."""
+        target = self._mountpoint(path, kinds)
+        try:
+            linux.move_mount(
+                tree, "", target, "", linux.MOVE_MOUNT_F_EMPTY_PATH | linux.MOVE_MOUNT_T_EMPTY_PATH
+            )
+        except OSError as error:
+            raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
+        finally:
+            os.close(target)
+        check = securepath.resolve(self.root_fd, path, follow_final=False)
+        self._undo.append(lambda: self._unmount(check))
+        st = os.fstat(check)
+        if expect is not None and (st.st_dev, st.st_ino) != expect:
+            raise OcihookError(f"container {path}: the mount did not land where planned")
+
+    @staticmethod
+    def _unmount(fd: int) -> None:
+        try:
+            linux.umount2(securepath.fd_path(fd), linux.MNT_DETACH)
+        finally:
+            os.close(fd)
+
+    # -- links and nodes -------------------------------------------------
+    def link(self, link: Link) -> None:
+        parent_fd, name = self._parent(link.target)
+        try:
+            try:
+                os.symlink(link.points_to, name, dir_fd=parent_fd)
+            except FileExistsError:
+                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise OcihookError(
+                        f"container {link.target}: exists in the image as a {_kind(st.st_mode)}"
+                    ) from None
+                if os.readlink(name, dir_fd=parent_fd) == link.points_to:
+                    return
+                old = os.readlink(name, dir_fd=parent_fd)
+                os.unlink(name, dir_fd=parent_fd)
+                os.symlink(link.points_to, name, dir_fd=parent_fd)
+                self._undo.append(lambda: self._restore_link(link.target, old))
+                return
+        finally:
+            os.close(parent_fd)
+        self._created(link.target)
+
+    def _restore_link(self, path: str, old: str) -> None:
+        parent_fd, name = self._parent(path)
+        try:
+            os.unlink(name, dir_fd=parent_fd)
+            os.symlink(old, name, dir_fd=parent_fd)
+        finally:
+            os.close(parent_fd)
+
+    def device_node(self, node: DeviceNode) -> None:
+        """mknod the node (no user namespace: the container's /dev allows device nodes)."""
+        parent_fd, name = self._parent(node.path)
+        kind = stat.S_IFCHR if node.type == "c" else stat.S_IFBLK
+        try:
+            try:
+                os.mknod(
+                    name, kind | node.mode, os.makedev(node.major, node.minor), dir_fd=parent_fd
+                )
+            except FileExistsError:
+                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                if stat.S_IFMT(st.st_mode) == kind and st.st_rdev == os.makedev(
+                    node.major, node.minor
+                ):
+                    return  # the runtime created the same node (e.g. podman --device)
+                raise OcihookError(
+                    f"container {node.path}: exists as a {_kind(st.st_mode)} "
+                    f"that is not {node.type} {node.major}:{node.minor}"
+                ) from None
+            except OSError as error:
+                raise OcihookError(f"container {node.path}: mknod: {error.strerror}") from None
+        finally:
+            os.close(parent_fd)
+        self._created(node.path)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return "file of unknown type"

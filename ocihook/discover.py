@@ -1,0 +1,307 @@
+"""Resolve a driver profile against the source root into a Plan (reads, never writes).
+
+All lookups go through file descriptors of the source and device roots with in-root
+resolution: a driver volume's symlinks can only point inside that volume.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import stat
+
+from ocihook import securepath
+from ocihook.errors import OcihookError
+from ocihook.plan import DeviceNode, Link, Mount, Plan
+
+PLACEHOLDER_LIB_DIR = "/usr/lib64"
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+class Roots:
+    """O_PATH fds of the source and device roots, opened once (a context manager)."""
+
+    def __init__(self, source_root: str, device_root: str) -> None:
+        self.source_root = source_root
+        self.device_root = device_root
+        self.source_fd = _open_root(source_root, "source root")
+        try:
+            self.device_fd = (
+                self.source_fd
+                if device_root == source_root
+                else _open_root(device_root, "device root")
+            )
+        except OcihookError:
+            os.close(self.source_fd)
+            raise
+        # Canonical host paths of the roots, to turn kernel-resolved paths back into in-root ones.
+        self.source_real = os.readlink(securepath.fd_path(self.source_fd))
+        self.device_real = os.readlink(securepath.fd_path(self.device_fd))
+
+    def close(self) -> None:
+        if self.device_fd != self.source_fd:
+            os.close(self.device_fd)
+        os.close(self.source_fd)
+
+    def __enter__(self) -> Roots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_root(path: str, what: str) -> int:
+    try:
+        return securepath.open_dir(path)
+    except OSError as error:
+        raise OcihookError(f"{what} {path}: {error.strerror}") from None
+
+
+def host_path(root: str, inner: str) -> str:
+    return inner if root == "/" else root.rstrip("/") + inner
+
+
+class _Dir:
+    """One directory of the source root, listed once: name -> lstat result."""
+
+    def __init__(self, root_fd: int, path: str) -> None:
+        self.path = path
+        self.entries: dict[str, os.stat_result] = {}
+        try:
+            fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    self.entries[entry.name] = entry.stat(follow_symlinks=False)
+        finally:
+            os.close(fd)
+
+    def match(self, pattern: str) -> list[str]:
+        if not _GLOB_CHARS.search(pattern):
+            return [pattern] if pattern in self.entries else []
+        return sorted(fnmatch.filter(self.entries, pattern))
+
+
+def _final(root_fd: int, path: str) -> tuple[str, os.stat_result] | None:
+    """Resolve `path` in the root; (resolved in-root path, stat) or None if missing."""
+    try:
+        fd = securepath.resolve(root_fd, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OcihookError(f"source {path}: {error.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        resolved = os.readlink(securepath.fd_path(fd))
+    finally:
+        os.close(fd)
+    return resolved, st
+
+
+def _in_root(root: str, resolved_host_path: str) -> str:
+    """The in-root path of a host path that the kernel resolved inside `root`."""
+    if root == "/":
+        return resolved_host_path
+    prefix = root.rstrip("/")
+    if resolved_host_path == prefix:
+        return "/"
+    if not resolved_host_path.startswith(prefix + "/"):
+        raise OcihookError(f"source {resolved_host_path}: resolved outside the source root")
+    return resolved_host_path[len(prefix) :]
+
+
+def _libraries(roots: Roots, profile: dict, lib_dir: str) -> tuple[list[Mount], list[Link]]:
+    dirs = [_Dir(roots.source_fd, d) for d in profile["library_dirs"]]
+    mounts: dict[str, Mount] = {}
+    links: list[Link] = []
+    for pattern in profile["libraries"]:
+        directory = next((d for d in dirs if d.match(pattern)), None)
+        if directory is None:
+            continue
+        names = directory.match(pattern)
+        for name in names:
+            if stat.S_ISREG(directory.entries[name].st_mode):
+                _add_mount(
+                    mounts, roots, f"{directory.path}/{name}", f"{lib_dir}/{name}", "library"
+                )
+        for name in names:
+            if not stat.S_ISLNK(directory.entries[name].st_mode):
+                continue
+            final = _final(roots.source_fd, f"{directory.path}/{name}")
+            if final is None or not stat.S_ISREG(final[1].st_mode):
+                continue
+            inner = _in_root(roots.source_real, final[0])
+            target_name = os.path.basename(inner)
+            if f"{lib_dir}/{target_name}" not in mounts:
+                _add_mount(mounts, roots, inner, f"{lib_dir}/{target_name}", "library")
+            links.append(Link(f"{lib_dir}/{name}", target_name))
+    return list(mounts.values()), links
+
+
+def _add_mount(mounts: dict[str, Mount], roots: Roots, inner: str, target: str, kind: str) -> None:
+    if target not in mounts:
+        mounts[target] = Mount(inner, host_path(roots.source_root, inner), target, kind)
+
+
+def _binaries(roots: Roots, profile: dict, bin_dir: str) -> list[Mount]:
+    mounts: dict[str, Mount] = {}
+    for name in profile["binaries"]:
+        for directory in profile["binary_dirs"]:
+            final = _final(roots.source_fd, f"{directory}/{name}")
+            if final is not None and stat.S_ISREG(final[1].st_mode):
+                inner = _in_root(roots.source_real, final[0])
+                _add_mount(mounts, roots, inner, f"{bin_dir}/{name}", "binary")
+                break
+    return list(mounts.values())
+
+
+def _glob_files(roots: Roots, pattern: str) -> list[tuple[str, os.stat_result]]:
+    """Files matching `pattern` (glob characters in its last component only)."""
+    parent, name = os.path.split(pattern)
+    if _GLOB_CHARS.search(parent):
+        raise OcihookError(f"profile: glob characters only in the last component: {pattern}")
+    found = []
+    for match in _Dir(roots.source_fd, parent).match(name):
+        final = _final(roots.source_fd, f"{parent}/{match}")
+        if final is not None:
+            found.append((_in_root(roots.source_real, final[0]), final[1]))
+    return found
+
+
+def _driver_version(roots: Roots, profile: dict) -> str | None:
+    spec = profile.get("driver_version")
+    if not spec:
+        return None
+    for directory in profile["library_dirs"]:
+        d = _Dir(roots.source_fd, directory)
+        for name in d.match(spec["library"]):
+            if stat.S_ISREG(d.entries[name].st_mode) and ".so." in name:
+                return name.split(".so.", 1)[1]
+    return None
+
+
+def _files(roots: Roots, profile: dict, version: str | None) -> list[Mount]:
+    mounts: dict[str, Mount] = {}
+    entries = [{"path": f, "kind": "firmware"} for f in profile["firmware"]]
+    entries += [
+        {"path": f, "kind": "file"} if isinstance(f, str) else {**f, "kind": "file"}
+        for f in profile["files"]
+    ]
+    for entry in entries:
+        pattern = entry["path"]
+        if "{version}" in pattern:
+            if version is None:
+                continue
+            pattern = pattern.replace("{version}", version)
+        found = _glob_files(roots, pattern)
+        if not found and entry["kind"] == "file" and not entry.get("optional", False):
+            raise OcihookError(
+                f"profile: file {pattern} not found in source root {roots.source_root}"
+            )
+        for inner, st in found:
+            if stat.S_ISSOCK(st.st_mode):
+                kind = "socket"
+            elif stat.S_ISREG(st.st_mode):
+                kind = entry["kind"]
+            else:
+                continue
+            target = entry.get("target") or inner
+            _add_mount(mounts, roots, inner, target, kind)
+    return list(mounts.values())
+
+
+def device_indices(roots: Roots, node_pattern: str | None) -> dict[int, str]:
+    """index -> in-root path of each per-device node that exists under the device root."""
+    if not node_pattern:
+        return {}
+    parent, name = os.path.split(node_pattern)
+    regex = re.compile("^" + re.escape(name).replace(re.escape("{index}"), r"(\d+)") + "$")
+    result = {}
+    for entry in _Dir(roots.device_fd, parent).entries:
+        match = regex.match(entry)
+        if match:
+            result[int(match.group(1))] = f"{parent}/{entry}"
+    return result
+
+
+def _device_node(roots: Roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
+    final = _final(roots.device_fd, inner)
+    if final is None:
+        return None
+    st = final[1]
+    if stat.S_ISCHR(st.st_mode):
+        kind = "c"
+    elif stat.S_ISBLK(st.st_mode):
+        kind = "b"
+    else:
+        raise OcihookError(f"device {host_path(roots.device_root, inner)}: not a device node")
+    return DeviceNode(
+        path=inner,
+        host_path=host_path(roots.device_root, _in_root(roots.device_real, final[0])),
+        type=kind,
+        major=os.major(st.st_rdev),
+        minor=os.minor(st.st_rdev),
+        mode=stat.S_IMODE(st.st_mode),
+        index=index,
+        access=access,
+    )
+
+
+def _devices(roots: Roots, profile: dict, indices: list[int], available: dict[int, str]):
+    spec = profile["devices"]
+    nodes = []
+    for index in indices:
+        node = _device_node(roots, available[index], index, spec["access"])
+        if node is None:
+            raise OcihookError(f"device {available[index]} disappeared")
+        nodes.append(node)
+    for control in spec["control"]:
+        entry = {"path": control} if isinstance(control, str) else control
+        node = _device_node(roots, entry["path"], None, spec["access"])
+        if node is None:
+            if entry.get("optional", False):
+                continue
+            raise OcihookError(
+                f"control device {host_path(roots.device_root, entry['path'])} not found"
+            )
+        nodes.append(node)
+    return nodes
+
+
+def build_plan(
+    config: dict,
+    roots: Roots,
+    indices: list[int],
+    available: dict[int, str],
+    request: str,
+    lib_dir: str = PLACEHOLDER_LIB_DIR,
+) -> Plan:
+    """Everything the container gets for the device `indices`, checked against `available`
+    (from `device_indices`)."""
+    profile = config["profile"]
+    version = _driver_version(roots, profile)
+    library_mounts, links = _libraries(roots, profile, lib_dir)
+    mounts = library_mounts
+    mounts += _binaries(roots, profile, config["container"]["bin_dir"])
+    mounts += _files(roots, profile, version)
+    if not mounts:
+        raise OcihookError(
+            f"profile {profile['name']}: no driver files found in source root {roots.source_root}"
+        )
+    ldconfig = bool(library_mounts) and config["ldconfig"]["enabled"]
+    return Plan(
+        profile=profile["name"],
+        source_root=roots.source_root,
+        device_root=roots.device_root,
+        request=request,
+        lib_dir=lib_dir,
+        driver_version=version,
+        mounts=mounts,
+        links=links,
+        devices=_devices(roots, profile, indices, available),
+        ld_dirs=[lib_dir] if library_mounts else [],
+        ldconfig=ldconfig,
+    )

@@ -1,0 +1,93 @@
+"""The hook the runtime runs (hooks.d points at a script that calls `main`).
+
+    ocihook-hook [--config PATH] [--cache-dir DIR]    OCI state JSON on stdin
+
+Kept lean: stdlib only until a container really asks for devices, no click, and no
+PyYAML or jsonschema while the compiled config is fresh. Every expected failure is
+one line on stderr ("ocihook: ...") and exit status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
+from ocihook.errors import OcihookError
+from ocihook.request import DeviceRequest, requested_devices
+from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
+
+USAGE = "usage: ocihook-hook [--config PATH] [--cache-dir DIR]  (OCI state JSON on stdin)"
+
+
+def _parse_args(argv: list[str]) -> dict[str, str]:
+    options = {"--config": DEFAULT_CONFIG, "--cache-dir": DEFAULT_CACHE_DIR}
+    args = list(argv)
+    while args:
+        flag = args.pop(0)
+        if flag in ("-h", "--help"):
+            print(USAGE)
+            raise SystemExit(0)
+        name, eq, value = flag.partition("=")
+        if name not in options:
+            raise OcihookError(f"unknown argument {flag!r}; {USAGE}")
+        if not eq:
+            if not args:
+                raise OcihookError(f"{name} needs a value")
+            value = args.pop(0)
+        options[name] = value
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options = _parse_args(sys.argv[1:] if argv is None else argv)
+        data = sys.stdin.buffer.read(MAX_STATE_BYTES + 1)
+        return run(data, options["--config"], options["--cache-dir"])
+    except OcihookError as error:
+        sys.stderr.write(f"ocihook: {error}\n")
+        return 1
+    except Exception as error:  # a bug: still one line, and a distinct status
+        sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
+        return 2
+
+
+def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
+    state = read_state(data)
+    config = load_config(config_path, cache_dir)
+    if state["status"] == "stopped":
+        from ocihook.record import remove_record
+
+        remove_record(config["state_dir"], state["id"])
+        return 0
+    if state["status"] not in PRESTART_STATUSES:
+        raise OcihookError(
+            f"state on stdin: status '{state['status']}': the hook runs at prestart/createRuntime "
+            "(creating) and poststop (stopped)"
+        )
+    container = load_container(state)
+    request = container_request(container, config)
+    if request.empty:
+        return 0
+    from ocihook.inject import inject
+
+    inject(container, config, request)
+    return 0
+
+
+def container_request(container: Container, config: dict) -> DeviceRequest:
+    """The devices the container asks for, checked against the config's allow-list."""
+    settings = config["request"]
+    prefix = config["profile"]["env_prefix"]
+    env_key = f"{prefix}_VISIBLE_DEVICES" if settings["env"] and prefix else None
+    request = requested_devices(
+        container.annotations, container.env, settings["annotation"], env_key
+    )
+    if not request.empty and settings["allow"]:
+        from ocihook.request import check_allowed
+
+        check_allowed(request, container.annotations, settings["allow"])
+    return request
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

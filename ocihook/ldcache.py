@@ -1,0 +1,177 @@
+"""Update a container's dynamic linker cache with the host's ldconfig, sandboxed.
+
+Nothing of the container is executed: the host's (static) ldconfig is opened on the
+host and run by file descriptor in a child that is chrooted into the rootfs inside a
+private mount namespace where /proc and /sys are masked, with an empty environment,
+resource limits, no capabilities and no_new_privs. `-X` keeps ldconfig from creating
+or following links (CVE-2025-23267); the hook creates the soname links itself.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+import time
+
+from ocihook import linux, privileges, securepath
+from ocihook.errors import OcihookError
+
+TIMEOUT_SECONDS = 10.0
+LIMITS = {
+    resource.RLIMIT_CPU: 10,
+    resource.RLIMIT_AS: 1 << 30,
+    resource.RLIMIT_FSIZE: 64 << 20,
+    resource.RLIMIT_NOFILE: 256,
+    resource.RLIMIT_CORE: 0,
+}
+# Dynamic loaders whose presence marks a glibc image (an ld cache is useless elsewhere).
+GLIBC_LOADERS = (
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/usr/lib64/ld-linux-x86-64.so.2",
+    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+)
+
+
+def open_ldconfig(path: str) -> int:
+    """The host's ldconfig, opened on the host before entering the container."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise OcihookError(f"ldconfig {path}: {error.strerror}") from None
+
+
+def is_glibc_image(root_fd: int) -> bool:
+    for loader in GLIBC_LOADERS:
+        try:
+            os.close(securepath.resolve(root_fd, loader))
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _mask(root_fd: int, path: str) -> None:
+    """Cover a directory of the rootfs with an empty read-only tmpfs (in our private ns)."""
+    try:
+        fd = securepath.resolve(root_fd, path, flags=os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        linux.mount("tmpfs", securepath.fd_path(fd), "tmpfs", linux.MS_RDONLY, "size=4k,mode=555")
+    finally:
+        os.close(fd)
+
+
+def _reopen_root(root_fd: int, rootfs: str) -> int:
+    """The rootfs in our new mount namespace (fds from the old one cannot be mounted on)."""
+    fd = securepath.open_dir(rootfs)
+    old, new = os.fstat(root_fd), os.fstat(fd)
+    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+        os.close(fd)
+        raise OcihookError(f"rootfs {rootfs} changed under the hook")
+    return fd
+
+
+def _child(
+    ldconfig_fd: int, root_fd: int, rootfs: str, dirs: list[str], uid: int, gid: int, errw: int
+):
+    """Runs in the forked child; never returns."""
+    try:
+        linux.unshare(linux.CLONE_NEWNS)
+        linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+        root_fd = _reopen_root(root_fd, rootfs)
+        for path in ("/proc", "/sys"):
+            _mask(root_fd, path)
+        os.fchdir(root_fd)
+        os.chroot(".")
+        os.chdir("/")
+        for limit, value in LIMITS.items():
+            resource.setrlimit(limit, (value, value))
+        privileges.drop_bounding_set()
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        privileges.clear_capabilities()
+        os.execve(ldconfig_fd, ["ldconfig", "-X", *dirs], {})
+    except BaseException as error:  # report and die: never return into the hook's code
+        try:
+            os.write(errw, f"{type(error).__name__}: {error}".encode()[:512])
+        finally:
+            os._exit(127)
+
+
+def update_cache(
+    ldconfig_fd: int, root_fd: int, rootfs: str, dirs: list[str], uid: int = 0, gid: int = 0
+) -> None:
+    """Run ldconfig for `dirs` inside the rootfs (`root_fd`, mounted at `rootfs` in the current
+    mount namespace); raise OcihookError on failure."""
+    errr, errw = os.pipe2(os.O_CLOEXEC)
+    outr, outw = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        os.close(errr)
+        os.close(outr)
+        os.dup2(outw, 1)
+        os.dup2(outw, 2)
+        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw)
+    os.close(errw)
+    os.close(outw)
+    try:
+        output, status = _wait(pid, outr)
+        setup_error = os.read(errr, 512).decode(errors="replace")
+    finally:
+        os.close(errr)
+        os.close(outr)
+    if setup_error:
+        raise OcihookError(f"ldconfig sandbox: {setup_error}")
+    if status != 0:
+        detail = output.decode(errors="replace").strip().splitlines()
+        raise OcihookError(
+            f"ldconfig in the container failed ({_status_text(status)})"
+            + (f": {detail[-1][:200]}" if detail else "")
+        )
+
+
+def _wait(pid: int, outr: int) -> tuple[bytes, int]:
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    output = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise OcihookError(f"ldconfig in the container timed out after {TIMEOUT_SECONDS:.0f}s")
+        ready, _, _ = select.select([outr], [], [], remaining)
+        if ready:
+            chunk = os.read(outr, 65536)
+            if chunk:
+                output = (output + chunk)[-4096:]
+                continue
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return output, status
+        if not ready:
+            continue
+        # Output closed but the child has not exited yet: wait for it, with the deadline.
+        _, status = _waitpid_deadline(pid, deadline)
+        return output, status
+
+
+def _waitpid_deadline(pid: int, deadline: float) -> tuple[int, int]:
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return done, status
+        time.sleep(0.001)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)
+
+
+def _status_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"

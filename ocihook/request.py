@@ -1,0 +1,86 @@
+"""Which devices a container asks for: `all`, `none`/`void`, or a list of indices.
+
+The request comes from an annotation (default `ocihook.io/devices`) and, only when the
+config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ocihook.errors import OcihookError
+
+MAX_REQUEST_LENGTH = 1024
+MAX_INDEX = 4095
+_INDEX_OR_RANGE = re.compile(r"^(\d{1,4})(?:-(\d{1,4}))?$")
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """`indices` is None for `all`; an empty tuple means nothing was asked for."""
+
+    indices: tuple[int, ...] | None
+    origin: str
+
+    @property
+    def empty(self) -> bool:
+        return self.indices == ()
+
+    def describe(self) -> str:
+        if self.indices is None:
+            return "all"
+        return ",".join(str(i) for i in self.indices) or "none"
+
+
+def parse_request(value: str, origin: str) -> DeviceRequest:
+    """Parse `all`, `none`, `void`, `` (nothing) or `0,2,4-5` into a request."""
+    if len(value) > MAX_REQUEST_LENGTH:
+        raise OcihookError(f"{origin}: device request longer than {MAX_REQUEST_LENGTH} characters")
+    text = value.strip().lower()
+    if text == "all":
+        return DeviceRequest(None, origin)
+    if text in ("", "none", "void"):
+        return DeviceRequest((), origin)
+    indices: set[int] = set()
+    for item in text.split(","):
+        match = _INDEX_OR_RANGE.match(item.strip())
+        if not match:
+            raise OcihookError(
+                f"{origin}: invalid device request {value!r:.60}: "
+                "expected 'all', 'none' or indices like '0,2' or '0-3'"
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first or last > MAX_INDEX:
+            raise OcihookError(f"{origin}: invalid device range {item.strip()!r}")
+        indices.update(range(first, last + 1))
+    return DeviceRequest(tuple(sorted(indices)), origin)
+
+
+def requested_devices(
+    annotations: dict[str, str],
+    env: dict[str, str],
+    annotation_key: str,
+    env_key: str | None,
+) -> DeviceRequest:
+    """The container's request: the annotation wins over the env variable (when enabled)."""
+    if annotation_key in annotations:
+        return parse_request(annotations[annotation_key], f"annotation {annotation_key}")
+    if env_key and env_key in env:
+        return parse_request(env[env_key], f"image env {env_key}")
+    return DeviceRequest((), "no request")
+
+
+def select_indices(request: DeviceRequest, available: list[int]) -> list[int]:
+    """The indices to inject; an index the host does not have is an error."""
+    if request.indices is None:
+        return sorted(available)
+    missing = [i for i in request.indices if i not in available]
+    if missing:
+        have = ",".join(str(i) for i in sorted(available)) or "none"
+        raise OcihookError(
+            f"{request.origin}: device index {','.join(map(str, missing))} does not exist "
+            f"(available: {have})"
+        )
+    return list(request.indices)

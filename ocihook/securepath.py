@@ -1,0 +1,157 @@
+"""Resolve paths inside a root directory by file descriptor, never escaping it.
+
+Every lookup is relative to a directory fd that stands for "/" of a tree we do not
+trust (a container's rootfs, a driver volume): symlinks, `..` and absolute link
+targets are resolved as if that fd were the root (openat2 RESOLVE_IN_ROOT). Where
+the kernel lacks openat2, a component walk with O_PATH|O_NOFOLLOW does the same.
+Magic links (/proc/self/...) are never followed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+
+from ocihook import linux
+
+MAX_SYMLINKS = 40
+_O_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_RESOLVE = linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
+_have_openat2: bool | None = None
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def open_dir(path: str) -> int:
+    """O_PATH fd of an absolute host directory that must not itself be a symlink."""
+    if not os.path.isabs(path):
+        raise OSError(errno.EINVAL, "not an absolute path", path)
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def resolve(root_fd: int, path: str, follow_final: bool = True, flags: int = os.O_PATH) -> int:
+    """An fd (O_PATH unless `flags` say otherwise) of `path` looked up inside `root_fd`."""
+    global _have_openat2
+    flags |= os.O_CLOEXEC | (0 if follow_final else os.O_NOFOLLOW)
+    if _have_openat2 is not False:
+        try:
+            fd = linux.openat2(root_fd, path, flags, _RESOLVE)
+            _have_openat2 = True
+            return fd
+        except OSError as error:
+            if error.errno != errno.ENOSYS:
+                raise
+            _have_openat2 = False
+    fd = _walk(root_fd, path, follow_final)
+    if flags & os.O_PATH:
+        return fd
+    try:
+        return os.open(fd_path(fd), flags & ~os.O_NOFOLLOW)
+    finally:
+        os.close(fd)
+
+
+def _readlink_fd(fd: int) -> str:
+    buf = ctypes.create_string_buffer(4096)
+    n = _libc.readlinkat(ctypes.c_int(fd), b"", buf, ctypes.c_size_t(len(buf)))
+    if n < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return os.fsdecode(buf.raw[:n])
+
+
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def _walk(root_fd: int, path: str, follow_final: bool) -> int:
+    """Fallback for kernels without openat2: one O_PATH|O_NOFOLLOW open per component."""
+    pending = _components(path)
+    stack = [os.dup(root_fd)]
+    links = 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                continue
+            fd = os.open(name, _O_PATH_FLAGS, dir_fd=stack[-1])
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode) and (pending or follow_final):
+                links += 1
+                target = _readlink_fd(fd)
+                os.close(fd)
+                if links > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                pending[:0] = _components(target)
+                continue
+            if pending and not stat.S_ISDIR(mode):
+                os.close(fd)
+                raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+            stack.append(fd)
+        return os.dup(stack[-1])
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def fd_path(fd: int, name: str = "") -> str:
+    """A path that refers to `fd` (and `name` inside it) without a lookup from "/"."""
+    return f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
+
+
+def mkdirs(root_fd: int, path: str, mode: int = 0o755, created: list[str] | None = None) -> int:
+    """O_PATH fd of directory `path` inside the root, creating missing components.
+
+    Each created directory's in-root path is appended to `created`. Re-resolving
+    from the root after every mkdir means a swapped-in symlink can only redirect
+    us elsewhere inside the root, never out of it.
+    """
+    parts = _components(path)
+    for depth in range(len(parts) + 1):
+        prefix = "/" + "/".join(parts[:depth])
+        try:
+            fd = resolve(root_fd, prefix)
+        except FileNotFoundError:
+            break
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.ENOTDIR, "exists and is not a directory", prefix)
+        if depth == len(parts):
+            return fd
+        os.close(fd)
+    else:  # pragma: no cover - the loop returns or breaks
+        raise AssertionError
+    # parts[:depth] is missing: create it and every component after it.
+    for index in range(depth, len(parts) + 1):
+        parent = "/" + "/".join(parts[: index - 1])
+        parent_fd = resolve(root_fd, parent)
+        try:
+            if not stat.S_ISDIR(os.fstat(parent_fd).st_mode):
+                raise OSError(errno.ENOTDIR, "exists and is not a directory", parent)
+            try:
+                os.mkdir(parts[index - 1], mode, dir_fd=parent_fd)
+                if created is not None:
+                    created.append("/" + "/".join(parts[:index]))
+            except FileExistsError:
+                pass
+        finally:
+            os.close(parent_fd)
+    fd = resolve(root_fd, path)
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.ENOTDIR, "exists and is not a directory", path)
+    return fd
+
+
+def split(path: str) -> tuple[str, str]:
+    """("/parent", "name") of an absolute in-root path; the name is never empty."""
+    parts = _components(path)
+    if not parts or parts[-1] == "..":
+        raise OSError(errno.EINVAL, "not a file path", path)
+    return "/" + "/".join(parts[:-1]), parts[-1]

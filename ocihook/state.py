@@ -1,0 +1,217 @@
+"""The container as the runtime describes it: state JSON on stdin and the bundle's config.json.
+
+Both come from the runtime, but config.json carries what the image author wrote
+(env, annotations): everything is type-checked and size-limited here, and only the
+fields the hook uses are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from ocihook.errors import OcihookError
+
+MAX_STATE_BYTES = 1 << 20
+MAX_CONFIG_BYTES = 16 << 20
+CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+PRESTART_STATUSES = ("creating", "created")
+
+
+@dataclass(frozen=True)
+class IdMapping:
+    container_id: int
+    host_id: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Container:
+    """What the hook needs to know about one container."""
+
+    id: str
+    status: str
+    pid: int
+    bundle: str
+    rootfs: str
+    annotations: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    mount_label: str | None = None
+    process_label: str | None = None
+    userns: bool = False
+    uid_mappings: tuple[IdMapping, ...] = ()
+    gid_mappings: tuple[IdMapping, ...] = ()
+    cgroups_path: str | None = None
+    readonly_root: bool = False
+
+    def host_uid(self, uid: int = 0) -> int:
+        return _map_id(self.uid_mappings, uid)
+
+    def host_gid(self, gid: int = 0) -> int:
+        return _map_id(self.gid_mappings, gid)
+
+
+def _map_id(mappings: tuple[IdMapping, ...], value: int) -> int:
+    if not mappings:
+        return value
+    for mapping in mappings:
+        if mapping.container_id <= value < mapping.container_id + mapping.size:
+            return mapping.host_id + value - mapping.container_id
+    raise OcihookError(f"config.json: id {value} is not mapped by linux.uidMappings/gidMappings")
+
+
+def _require(obj: dict, key: str, kind: type, where: str):
+    if key not in obj:
+        raise OcihookError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    if kind is int and isinstance(value, bool):
+        raise OcihookError(f"{where}: field '{key}' must be an integer")
+    if not isinstance(value, kind):
+        raise OcihookError(f"{where}: field '{key}' must be {_kind_name(kind)}")
+    return value
+
+
+def _optional(obj: dict, key: str, kind: type, where: str, default=None):
+    if obj.get(key) is None:
+        return default
+    return _require(obj, key, kind, where)
+
+
+def _kind_name(kind: type) -> str:
+    return {str: "a string", int: "an integer", dict: "an object", list: "an array"}.get(
+        kind, kind.__name__
+    )
+
+
+def _string_map(value: object, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise OcihookError(f"{where}: must be an object of strings")
+    return value
+
+
+def parse_json(data: bytes, where: str) -> dict:
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise OcihookError(f"{where}: not valid JSON ({error})") from None
+    if not isinstance(obj, dict):
+        raise OcihookError(f"{where}: must be a JSON object")
+    return obj
+
+
+def read_state(data: bytes) -> dict:
+    """Validate the runtime's state JSON; returns it as a dict with checked fields."""
+    if len(data) > MAX_STATE_BYTES:
+        raise OcihookError("state on stdin: larger than 1 MiB")
+    if not data.strip():
+        raise OcihookError("state on stdin: empty (the runtime passes the container state)")
+    state = parse_json(data, "state on stdin")
+    where = "state on stdin"
+    _require(state, "ociVersion", str, where)
+    container_id = _require(state, "id", str, where)
+    if not CONTAINER_ID.match(container_id):
+        raise OcihookError(f"{where}: field 'id' is not a valid container id: {container_id!r:.80}")
+    _require(state, "status", str, where)
+    bundle = _require(state, "bundle", str, where)
+    if not os.path.isabs(bundle) or "\0" in bundle:
+        raise OcihookError(f"{where}: field 'bundle' must be an absolute path")
+    pid = _optional(state, "pid", int, where, 0)
+    if pid < 0:
+        raise OcihookError(f"{where}: field 'pid' must not be negative")
+    _string_map(state.get("annotations"), f"{where}: field 'annotations'")
+    return state
+
+
+def _read_bundle_config(bundle: str) -> dict:
+    """<bundle>/config.json, opened without following a symlink at the bundle or the file."""
+    try:
+        bundle_fd = os.open(bundle, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise OcihookError(f"bundle {bundle}: {error.strerror}") from None
+    try:
+        fd = os.open("config.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=bundle_fd)
+    except OSError as error:
+        raise OcihookError(f"bundle {bundle}: config.json: {error.strerror}") from None
+    finally:
+        os.close(bundle_fd)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OcihookError(f"bundle {bundle}: config.json is not a regular file")
+        data = file.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OcihookError(f"bundle {bundle}: config.json is larger than 16 MiB")
+    return parse_json(data, f"bundle {bundle}: config.json")
+
+
+def _rootfs_path(bundle: str, root: dict) -> str:
+    where = "config.json: root"
+    path = _require(root, "path", str, where)
+    if not path or "\0" in path:
+        raise OcihookError(f"{where}: field 'path' is empty")
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    if ".." in path.split("/"):
+        raise OcihookError(f"{where}: relative 'path' must stay inside the bundle: {path!r:.80}")
+    return os.path.normpath(os.path.join(bundle, path))
+
+
+def _env_map(process: dict) -> dict[str, str]:
+    env = _optional(process, "env", list, "config.json: process", [])
+    result = {}
+    for entry in env:
+        if not isinstance(entry, str):
+            raise OcihookError("config.json: process.env entries must be strings")
+        key, sep, value = entry.partition("=")
+        if sep:
+            result[key] = value
+    return result
+
+
+def _mappings(linux: dict, key: str) -> tuple[IdMapping, ...]:
+    raw = _optional(linux, key, list, "config.json: linux", [])
+    result = []
+    for item in raw:
+        where = f"config.json: linux.{key}"
+        if not isinstance(item, dict):
+            raise OcihookError(f"{where}: entries must be objects")
+        ids = [_require(item, k, int, where) for k in ("containerID", "hostID", "size")]
+        if min(ids) < 0:
+            raise OcihookError(f"{where}: ids must not be negative")
+        result.append(IdMapping(*ids))
+    return tuple(result)
+
+
+def load_container(state: dict) -> Container:
+    """Combine the validated state with the fields of <bundle>/config.json the hook uses."""
+    bundle = state["bundle"]
+    config = _read_bundle_config(bundle)
+    root = _require(config, "root", dict, "config.json")
+    process = _optional(config, "process", dict, "config.json", {})
+    linux = _optional(config, "linux", dict, "config.json", {})
+    namespaces = _optional(linux, "namespaces", list, "config.json: linux", [])
+    userns = any(isinstance(ns, dict) and ns.get("type") == "user" for ns in namespaces)
+    annotations = dict(_string_map(config.get("annotations"), "config.json: annotations"))
+    annotations.update(_string_map(state.get("annotations"), "state on stdin: annotations"))
+    return Container(
+        id=state["id"],
+        status=state["status"],
+        pid=state.get("pid") or 0,
+        bundle=bundle,
+        rootfs=_rootfs_path(bundle, root),
+        annotations=annotations,
+        env=_env_map(process),
+        mount_label=_optional(linux, "mountLabel", str, "config.json: linux") or None,
+        process_label=_optional(process, "selinuxLabel", str, "config.json: process") or None,
+        userns=userns,
+        uid_mappings=_mappings(linux, "uidMappings"),
+        gid_mappings=_mappings(linux, "gidMappings"),
+        cgroups_path=_optional(linux, "cgroupsPath", str, "config.json: linux"),
+        readonly_root=bool(root.get("readonly", False)),
+    )

@@ -1,0 +1,135 @@
+"""Shared fixtures: the hook executable, the synthetic driver, images, a hooks dir per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import images, podman, synthetic
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = REPO / "packaging" / "profiles"
+
+
+# podman bind-mounts its storage dir onto itself and unmounts it again as images come and go.
+PODMAN_STORAGE_MOUNT = "/var/lib/containers/storage/overlay"
+
+
+def mount_table() -> list[str]:
+    """The host's mounts as (mount point, source, fs type), without ids that change."""
+    rows = []
+    with open("/proc/self/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if fields[4] == PODMAN_STORAGE_MOUNT:
+                continue
+            sep = fields.index("-")
+            rows.append(f"{fields[4]} {fields[sep + 1]} {fields[sep + 2]} {fields[3]}")
+    return sorted(rows)
+
+
+@pytest.fixture(autouse=True)
+def host_mounts_unchanged():
+    """Every test leaves the host mount table as it found it."""
+    before = mount_table()
+    yield
+    after = mount_table()
+    assert after == before, (
+        f"host mount table changed: +{set(after) - set(before)} -{set(before) - set(after)}"
+    )
+
+
+@pytest.fixture(scope="session")
+def hook_exe(tmp_path_factory) -> Path:
+    """The hook executable as installed (packaging/ocihook-hook), run by this venv's python -I."""
+    path = tmp_path_factory.mktemp("bin") / "ocihook-hook"
+    body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
+    path.write_text(f"#!{sys.executable} -I\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory) -> Path:
+    return synthetic.build_driver(tmp_path_factory.mktemp("synth") / "root")
+
+
+@pytest.fixture(scope="session")
+def image_busybox(tmp_path_factory) -> str:
+    return images.import_image(
+        images.busybox_rootfs(tmp_path_factory.mktemp("bb") / "r"), "ocihook-test-busybox"
+    )
+
+
+@pytest.fixture(scope="session")
+def image_debian(tmp_path_factory) -> str:
+    root = images.glibc_rootfs(tmp_path_factory.mktemp("deb") / "r", "debian")
+    return images.import_image(root, "ocihook-test-debian")
+
+
+@pytest.fixture(scope="session")
+def image_rhel(tmp_path_factory) -> str:
+    root = images.glibc_rootfs(tmp_path_factory.mktemp("rhel") / "r", "rhel")
+    return images.import_image(root, "ocihook-test-rhel")
+
+
+@dataclass
+class HookSetup:
+    """One test's installation: config, hooks dir, state dir, log."""
+
+    dir: Path
+    config: Path
+    hooks_dir: Path
+    state_dir: Path
+    cache_dir: Path
+    log: Path
+    hook: Path
+
+    def write_config(self, **settings) -> None:
+        self.config.write_text(yaml.safe_dump(settings))
+
+    def run(self, image: str, command: list[str], devices: str | None = None, **kwargs):
+        return podman.run(image, command, hooks_dir=self.hooks_dir, devices=devices, **kwargs)
+
+    def records(self) -> list[Path]:
+        return sorted(self.state_dir.glob("*.json"))
+
+
+def base_config(setup_dir: Path, synth_root: Path, **overrides) -> dict:
+    config = {
+        "profile": "synthetic",
+        "profile_dirs": [str(PROFILES)],
+        "source_root": str(synth_root),
+        "device_root": str(synth_root),
+        "state_dir": str(setup_dir / "state"),
+        "log": {"target": str(setup_dir / "ocihook.log"), "debug": True},
+    }
+    config.update(overrides)
+    return config
+
+
+@pytest.fixture
+def hook_setup(tmp_path, hook_exe, synth_root) -> HookSetup:
+    tmp_path.chmod(0o755)
+    setup = HookSetup(
+        dir=tmp_path,
+        config=tmp_path / "config.yaml",
+        hooks_dir=tmp_path / "hooks.d",
+        state_dir=tmp_path / "state",
+        cache_dir=tmp_path / "cache",
+        log=tmp_path / "ocihook.log",
+        hook=hook_exe,
+    )
+    setup.write_config(**base_config(tmp_path, synth_root))
+    podman.write_hooks_dir(setup.hooks_dir, hook_exe, setup.config, setup.cache_dir)
+    return setup
+
+
+def pytest_configure(config):
+    if os.geteuid() != 0:
+        raise pytest.UsageError("the tests need root (real mounts, namespaces, podman)")

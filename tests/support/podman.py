@@ -1,0 +1,64 @@
+"""Run real containers with podman + runc and a hooks dir of our own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+BASE = ["podman", "--runtime", "runc"]
+RUN_FLAGS = [
+    "--rm",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+]
+ANNOTATION = "ocihook.io/devices"
+
+
+def write_hooks_dir(
+    hooks_dir: Path, hook: Path, config: Path, cache_dir: Path, gate: str = "annotation"
+) -> Path:
+    """A hooks.d dir like the shipped one, pointing at `hook` with `config`."""
+    hooks_dir.mkdir(parents=True, exist_ok=True)
+    when = (
+        {"annotations": {r"^ocihook\.io/devices$": ".+"}}
+        if gate == "annotation"
+        else {"always": True}
+    )
+    document = {
+        "version": "1.0.0",
+        "hook": {
+            "path": str(hook),
+            "args": ["ocihook-hook", "--config", str(config), "--cache-dir", str(cache_dir)],
+            "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+            "timeout": 30,
+        },
+        "when": when,
+        "stages": ["prestart", "poststop"],
+    }
+    (hooks_dir / "ocihook.json").write_text(json.dumps(document, indent=2))
+    return hooks_dir
+
+
+def run(
+    image: str,
+    command: list[str],
+    hooks_dir: Path | None = None,
+    devices: str | None = None,
+    extra: list[str] | None = None,
+    runtime: str = "runc",
+    timeout: int = 120,
+) -> subprocess.CompletedProcess:
+    args = ["podman", "--runtime", runtime]
+    if hooks_dir is not None:
+        args += ["--hooks-dir", str(hooks_dir)]
+    args += ["run", *RUN_FLAGS]
+    if devices is not None:
+        args += ["--annotation", f"{ANNOTATION}={devices}"]
+    args += list(extra or [])
+    args += [image, *command]
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
