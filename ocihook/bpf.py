@@ -402,17 +402,25 @@ def prog_load(insns: Sequence[Insn], license: str = "Apache", name: str = "ociho
     try:
         return _bpf(BPF_PROG_LOAD, attr, "BPF_PROG_LOAD")
     except BpfError as exc:
-        if exc.errno == _errno.EPERM:
-            _raise_memlock()  # kernels before 5.11 charge programs to RLIMIT_MEMLOCK
-        log = ctypes.create_string_buffer(1 << 16)
-        attr.log_level, attr.log_size, attr.log_buf = 1, len(log), ctypes.addressof(log)
+        failed = exc
+    if failed.errno == _errno.EPERM:
+        _raise_memlock()  # kernels before 5.11 charge programs to RLIMIT_MEMLOCK
         try:
             return _bpf(BPF_PROG_LOAD, attr, "BPF_PROG_LOAD")
-        except BpfError as again:
-            lines = log.value.decode(errors="replace").strip().splitlines()
-            lines = [ln for ln in lines if not ln.startswith(("processed ", "verification "))]
-            detail = f" (verifier: {lines[-1]})" if lines else ""
-            raise BpfError(again.errno, f"{again.strerror}{detail}") from None
+        except BpfError as exc:
+            failed = exc
+    # Once more with the verifier log, only to explain the failure.
+    log = ctypes.create_string_buffer(1 << 18)
+    attr.log_level, attr.log_size, attr.log_buf = 1, len(log), ctypes.addressof(log)
+    try:
+        fd = _bpf(BPF_PROG_LOAD, attr, "BPF_PROG_LOAD")
+    except BpfError:
+        lines = log.value.decode(errors="replace").strip().splitlines()
+        lines = [ln for ln in lines if not ln.startswith(("processed ", "verification "))]
+        detail = f" (verifier: {lines[-1]})" if lines else ""
+        raise BpfError(failed.errno, f"{failed.strerror}{detail}") from None
+    os.close(fd)
+    raise failed
 
 
 def _raise_memlock() -> None:

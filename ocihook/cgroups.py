@@ -443,12 +443,12 @@ def _load(insns: List[bpf.Insn], old: _Prog, path: str) -> int:
         ) from None
 
 
-def _rewrite(cg_fd: int, path: str, make) -> None:
+def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
     """Load make(old instructions) for each attached program, then swap them all in."""
     flags, progs = _v2_programs(cg_fd, path)
     new_fds: List[int] = []
     try:
-        if not progs:
+        if not progs and required:
             raise OcihookError(
                 f"cgroup v2 {path}: no device program attached (runc always attaches one); "
                 "refusing to guess what restricts devices"
@@ -481,32 +481,42 @@ def _v2_strip(cg_fd: int, path: str, rules: List[bpf.Rule]) -> None:
     def make(old: List[bpf.Insn]) -> Optional[List[bpf.Insn]]:
         return old[n:] if old[:n] == prefix and len(old) > n else None
 
-    try:
-        _rewrite(cg_fd, path, make)
-    except OcihookError as exc:
-        if "no device program attached" not in str(exc):
-            raise
+    _rewrite(cg_fd, path, make, required=False)
 
 
-def describe_device_programs(target: CgroupTarget) -> List[Dict]:
-    """For `ocihook plan` and debugging: the device programs of a v2 cgroup, decoded."""
-    fd = _open_dir(target.path, "cgroup v2 directory")
+def describe_device_access(target: CgroupTarget) -> List[Dict]:
+    """For `ocihook plan` and debugging: v1 devices.list, or the v2 device programs decoded."""
+    fd = _open_dir(target.path, f"cgroup {target.version} directory")
     try:
+        if target.version == "v1":
+            return [{"devices.list": _read_at(fd, target.path, "devices.list").splitlines()}]
         _flags, progs = _v2_programs(fd, target.path)
     finally:
         os.close(fd)
-    out = []
-    for p in progs:
-        dec = bpf.decode_device_filter(p.info.xlated or [])
-        default = None if dec.default_allow is None else ("allow" if dec.default_allow else "deny")
-        out.append(
-            {
-                "id": p.id,
-                "name": p.info.name,
-                "rules": [("allow " if a else "deny ") + bpf.format_rule(r) for r, a in dec.rules],
-                "default": default,
-                "undecoded": dec.undecoded,
-            }
-        )
-    _close(progs)
-    return out
+    try:
+        return [_describe(p) for p in progs]
+    finally:
+        _close(progs)
+
+
+def _read_at(dir_fd: int, path: str, name: str) -> str:
+    """A small file of the cgroup dir, opened relative to it."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        raise OcihookError(f"cannot read {path}/{name}: {exc.strerror}") from None
+    with os.fdopen(fd) as f:
+        return f.read()
+
+
+def _describe(prog: _Prog) -> Dict:
+    """One device program as plain data: its allow/deny rules in order and the default."""
+    dec = bpf.decode_device_filter(prog.info.xlated or [])
+    default = None if dec.default_allow is None else ("allow" if dec.default_allow else "deny")
+    return {
+        "id": prog.id,
+        "name": prog.info.name,
+        "rules": [("allow " if a else "deny ") + bpf.format_rule(r) for r, a in dec.rules],
+        "default": default,
+        "undecoded": dec.undecoded,
+    }

@@ -24,7 +24,7 @@ from ocihook.cgroups import (
     CgroupTarget,
     DeviceRule,
     allow_devices,
-    describe_device_programs,
+    describe_device_access,
     expand_slice,
     expected_cgroup_path,
     find_container_cgroup,
@@ -258,10 +258,10 @@ def test_v2_allow_read_only(v2_runtime):
 
 def test_v2_decoder_reads_back_rules(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
-    before = describe_device_programs(target)
+    before = describe_device_access(target)
     assert [p["rules"] for p in before] == [["allow c 1:3 rwm", "allow c 1:5 rw"]]
     allow_devices(target, [ACCEL_RW, DeviceRule("b", 7, -1, "r")])
-    (prog,) = describe_device_programs(target)
+    (prog,) = describe_device_access(target)
     assert prog["rules"] == [
         "allow c 10:237 rw",
         "allow b 7:* r",
@@ -557,3 +557,9 @@ def test_rules_are_checked():
         parse_rule("c 10 rw")
     rules = [ACCEL_RW, ACCEL_RW, ACCEL_R]
     assert [e["rule"] for e in plan_device_edits(target, rules)] == ["c 10:237 rw", "c 10:237 r"]
+
+
+def test_v1_describe(v1_cgroup):
+    target = CgroupTarget("v1", v1_cgroup)
+    allow_devices(target, [ACCEL_RW])
+    assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", "c 10:237 rw"]}]
