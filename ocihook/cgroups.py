@@ -202,7 +202,9 @@ def find_container_cgroup(
     root = mount.root.rstrip("/")
     if cg != root and not cg.startswith(root + "/"):
         raise OcihookError(f"cgroup {cg} of process {pid} is outside the {mount.point} mount")
-    rel = cg[len(root) :]
+    rel = cg[len(root) :].rstrip("/")
+    if not rel:
+        raise OcihookError(f"process {pid} is in the root cgroup; refusing to touch host devices")
     if cgroups_path:
         expected = expected_cgroup_path(cgroups_path)
         if not _same_cgroup(cg, expected):
@@ -211,7 +213,7 @@ def find_container_cgroup(
                 f"the cgroup {cg} of process {pid}"
             )
     path = mount.point.rstrip("/") + rel
-    fd = _open_dir(path, f"cgroup directory of process {pid}")
+    fd = _open_dir(path, f"cgroup of process {pid}")
     try:
         if os.fstat(fd).st_dev != mount.dev:
             raise OcihookError(f"cgroup directory {path} is not on the {mount.point} cgroup mount")
@@ -223,14 +225,14 @@ def find_container_cgroup(
 def _open_dir(path: str, what: str) -> int:
     """Open a cgroup directory with O_DIRECTORY|O_NOFOLLOW; OcihookError if it is missing."""
     if not path.startswith("/") or any(p in (".", "..") for p in path.split("/")):
-        raise OcihookError(f"{what} {path!r} is not a clean absolute path")
+        raise OcihookError(f"{what}: {path!r} is not a clean absolute path")
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         return os.open(path, flags)
     except FileNotFoundError:
-        raise OcihookError(f"{what} {path} does not exist") from None
+        raise OcihookError(f"{what}: {path} does not exist") from None
     except OSError as exc:
-        raise OcihookError(f"{what} {path}: cannot open: {exc.strerror}") from None
+        raise OcihookError(f"{what}: cannot open {path}: {exc.strerror}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -262,7 +264,7 @@ def allow_devices(target: CgroupTarget, rules: List[DeviceRule]) -> List[Dict]:
     edits = plan_device_edits(target, rules)
     if not edits:
         return []
-    fd = _open_dir(target.path, f"cgroup {target.version} directory")
+    fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
         lines = [e["rule"] for e in edits]
         if target.version == "v1":
@@ -279,7 +281,7 @@ def revert_device_edits(target: CgroupTarget, edits: List[Dict]) -> None:
     mine = [e for e in edits if e.get("cgroup") == target.version and e.get("path") == target.path]
     if not mine:
         return
-    fd = _open_dir(target.path, f"cgroup {target.version} directory")
+    fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
         lines = [e["rule"] for e in mine]
         if target.version == "v1":
@@ -486,7 +488,7 @@ def _v2_strip(cg_fd: int, path: str, rules: List[bpf.Rule]) -> None:
 
 def describe_device_access(target: CgroupTarget) -> List[Dict]:
     """For `ocihook plan` and debugging: v1 devices.list, or the v2 device programs decoded."""
-    fd = _open_dir(target.path, f"cgroup {target.version} directory")
+    fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
         if target.version == "v1":
             return [{"devices.list": _read_at(fd, target.path, "devices.list").splitlines()}]

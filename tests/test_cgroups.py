@@ -482,9 +482,27 @@ def test_find_missing_or_foreign_dir(lab):
     parent = os.path.dirname(inner)
     s = lab.sleeper(inner)
     got = in_child(_find_with_cgroup_dir_hidden, s.pid, parent, False)
-    assert got == f"cgroup directory of process {s.pid} {inner} does not exist"
+    assert got == f"cgroup of process {s.pid}: {inner} does not exist"
     got = in_child(_find_with_cgroup_dir_hidden, s.pid, parent, True)
     assert got == f"cgroup directory {inner} is not on the {V1_ROOT} cgroup mount"
+
+
+def test_find_refuses_root_cgroup(lab):
+    s = lab.sleeper(V1_ROOT)
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(s.pid)
+    assert (
+        str(exc.value) == f"process {s.pid} is in the root cgroup; refusing to touch host devices"
+    )
+
+
+def test_allow_on_missing_dir():
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v1", V1_ROOT + "/no-such-cgroup"), [ACCEL_RW])
+    assert str(exc.value) == f"cgroup v1: {V1_ROOT}/no-such-cgroup does not exist"
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v2", V2_ROOT + "/../x"), [ACCEL_RW])
+    assert str(exc.value) == f"cgroup v2: '{V2_ROOT}/../x' is not a clean absolute path"
 
 
 def test_find_missing_pid():
