@@ -1,0 +1,583 @@
+"""Device cgroup module against the real kernel: v1 devices controller and v2 BPF programs.
+
+Every test builds its own cgroup (removed afterwards, even on failure), moves a forked child
+into it and lets the child open real device nodes: /dev/loop-control (char 10:237) stands in
+for an accelerator, /dev/autofs (10:235) is a device nobody asked for, /dev/null (1:3) one
+the runtime allowed. Needs root with CAP_SYS_ADMIN, the v1 devices controller at
+/sys/fs/cgroup/devices and a cgroup2 mount at /sys/fs/cgroup/unified (this machine and CI).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import time
+import traceback
+import uuid
+
+import pytest
+
+from ocihook import bpf
+from ocihook.cgroups import (
+    CgroupTarget,
+    DeviceRule,
+    allow_devices,
+    describe_device_access,
+    expand_slice,
+    expected_cgroup_path,
+    find_container_cgroup,
+    parse_rule,
+    plan_device_edits,
+    revert_device_edits,
+)
+from ocihook.errors import OcihookError
+
+V1_ROOT = "/sys/fs/cgroup/devices"
+V2_ROOT = "/sys/fs/cgroup/unified"
+LOOP = "/dev/loop-control"  # char 10:237
+AUTOFS = "/dev/autofs"  # char 10:235
+RW, RO = os.O_RDWR, os.O_RDONLY
+ACCEL_RW = DeviceRule("c", 10, 237, "rw")
+ACCEL_R = DeviceRule("c", 10, 237, "r")
+# runc-like default-deny program: /dev/null rwm, /dev/zero rw.
+RUNTIME_RULES = [(("c", 1, 3, "rwm"), True), (("c", 1, 5, "rw"), True)]
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def in_child(fn, *args):
+    """Run fn(*args) in a forked child; return its JSON result (an exception is re-raised)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        try:
+            os.close(r)
+            try:
+                out = {"ok": fn(*args)}
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = {"error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    out = json.loads(data or b'{"error": "child died"}')
+    if "error" in out:
+        raise AssertionError(f"child failed: {out['error']}\n{out.get('tb', '')}")
+    return out["ok"]
+
+
+def _join_and_open(cgroup_dir, opens):
+    """In the child: join the cgroup, then try each open; 0 or the errno per open."""
+    fd = os.open(os.path.join(cgroup_dir, "cgroup.procs"), os.O_WRONLY)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    results = []
+    for path, flags in opens:
+        try:
+            os.close(os.open(path, flags))
+            results.append(0)
+        except OSError as exc:
+            results.append(errno.errorcode.get(exc.errno, exc.errno))
+    return results
+
+
+def probe(cgroup_dir, *opens):
+    """From inside the cgroup: 0 for each open that worked, else the errno name."""
+    return in_child(_join_and_open, cgroup_dir, list(opens))
+
+
+def _rmdir_tree(path):
+    """Remove a test cgroup tree, deepest first, retrying while exiting tasks go away."""
+    if not os.path.isdir(path):
+        return
+    for root, dirs, _files in os.walk(path, topdown=False):
+        for d in dirs:
+            _rmdir_tree(os.path.join(root, d))
+    for _ in range(100):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            kill = os.path.join(path, "cgroup.kill")
+            if os.path.exists(kill):
+                with open(kill, "w") as f:
+                    f.write("1")
+            time.sleep(0.02)
+    os.rmdir(path)
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class Sleeper:
+    """A child process parked in cgroups until closed."""
+
+    def __init__(self, *cgroup_dirs):
+        r, self._w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(self._w)
+                os.read(r, 1)
+            finally:
+                os._exit(0)
+        os.close(r)
+        for d in cgroup_dirs:
+            _write(os.path.join(d, "cgroup.procs"), str(self.pid))
+
+    def close(self):
+        os.close(self._w)
+        os.waitpid(self.pid, 0)
+
+
+class Lab:
+    """Test cgroups and parked processes; closing ends the processes, then removes the dirs."""
+
+    def __init__(self):
+        self.tops, self.sleepers = [], []
+
+    def mkdir(self, root, rel=None):
+        rel = rel or f"ocihook-test-{uuid.uuid4().hex[:12]}"
+        top = os.path.join(root, rel.split("/")[0])
+        if top not in self.tops:
+            self.tops.append(top)
+        path = os.path.join(root, rel)
+        os.makedirs(path)
+        return path
+
+    def sleeper(self, *dirs):
+        self.sleepers.append(Sleeper(*dirs))
+        return self.sleepers[-1]
+
+    def close(self):
+        for s in self.sleepers:
+            s.close()
+        for top in reversed(self.tops):
+            _rmdir_tree(top)
+
+
+@pytest.fixture
+def lab():
+    made = Lab()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def v2_cgroup(lab):
+    """A fresh cgroup under the cgroup2 mount (no device program yet)."""
+    return lab.mkdir(V2_ROOT)
+
+
+def attach_program(cgroup_dir, insns, flags=bpf.BPF_F_ALLOW_MULTI):
+    """Load and attach a device program the way runc does; returns its id."""
+    fd = bpf.prog_load(insns, "Apache", "runtime_test")
+    cfd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        bpf.prog_attach(cfd, fd, flags)
+        return bpf.prog_info(fd).id
+    finally:
+        os.close(cfd)
+        os.close(fd)
+
+
+def attached(cgroup_dir):
+    """(attach flags, [(id, decoded program)]) of the cgroup."""
+    cfd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags, ids = bpf.prog_query(cfd)
+    finally:
+        os.close(cfd)
+    out = []
+    for prog_id in ids:
+        fd = bpf.prog_fd_by_id(prog_id)
+        try:
+            out.append((prog_id, bpf.decode_device_filter(bpf.prog_info(fd).xlated)))
+        finally:
+            os.close(fd)
+    return flags, out
+
+
+@pytest.fixture
+def v2_runtime(v2_cgroup):
+    """A v2 cgroup with a runc-like deny-by-default device program attached."""
+    attach_program(v2_cgroup, bpf.device_filter(RUNTIME_RULES))
+    return v2_cgroup
+
+
+@pytest.fixture
+def v1_cgroup(lab):
+    """A fresh devices cgroup: deny all, allow /dev/null (like a runtime would)."""
+    path = lab.mkdir(V1_ROOT)
+    _write(os.path.join(path, "devices.deny"), "a")
+    _write(os.path.join(path, "devices.allow"), "c 1:3 rwm")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# cgroup v2: the real work
+
+
+def test_v2_runtime_program_denies_the_accelerator(v2_runtime):
+    assert probe(v2_runtime, (LOOP, RW), ("/dev/null", RW), ("/dev/zero", RW)) == ["EPERM", 0, 0]
+
+
+def test_v2_allow_rw(v2_runtime):
+    target = CgroupTarget("v2", v2_runtime)
+    edits = allow_devices(target, [ACCEL_RW])
+    assert edits == plan_device_edits(target, [ACCEL_RW])
+    assert edits == [
+        {"cgroup": "v2", "path": v2_runtime, "action": "bpf-prepend-allow", "rule": "c 10:237 rw"}
+    ]
+    got = probe(v2_runtime, (LOOP, RW), (LOOP, RO), (AUTOFS, RO), ("/dev/null", RW))
+    assert got == [0, 0, "EPERM", 0]
+    # /dev/zero was allowed rw but not mknod by the runtime: still so.
+    assert probe(v2_runtime, ("/dev/zero", RW)) == [0]
+    flags, progs = attached(v2_runtime)
+    assert flags == bpf.BPF_F_ALLOW_MULTI and len(progs) == 1
+
+
+def test_v2_allow_read_only(v2_runtime):
+    allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_R])
+    got = probe(v2_runtime, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
+    assert got == [0, "EPERM", "EPERM", 0]
+
+
+def test_v2_decoder_reads_back_rules(v2_runtime):
+    target = CgroupTarget("v2", v2_runtime)
+    before = describe_device_access(target)
+    assert [p["rules"] for p in before] == [["allow c 1:3 rwm", "allow c 1:5 rw"]]
+    allow_devices(target, [ACCEL_RW, DeviceRule("b", 7, -1, "r")])
+    (prog,) = describe_device_access(target)
+    assert prog["rules"] == [
+        "allow c 10:237 rw",
+        "allow b 7:* r",
+        "allow c 1:3 rwm",
+        "allow c 1:5 rw",
+    ]
+    assert prog["default"] == "deny" and prog["undecoded"] == 0
+    assert prog["name"] == "ocihook_dev"
+
+
+def test_v2_revert_restores_runtime_program(v2_runtime):
+    target = CgroupTarget("v2", v2_runtime)
+    _, before = attached(v2_runtime)
+    edits = allow_devices(target, [ACCEL_RW])
+    assert probe(v2_runtime, (LOOP, RW)) == [0]
+    revert_device_edits(target, edits)
+    assert probe(v2_runtime, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    _, after = attached(v2_runtime)
+    assert [d for _, d in after] == [d for _, d in before]
+    revert_device_edits(target, edits)  # nothing left to undo: no error
+
+
+def test_v2_no_program_attached_is_an_error(v2_cgroup):
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
+    assert str(exc.value) == (
+        f"cgroup v2 {v2_cgroup}: no device program attached (runc always attaches one); "
+        "refusing to guess what restricts devices"
+    )
+
+
+def test_v2_every_attached_program_is_extended(v2_runtime):
+    # systemd and runc may both attach one; access needs every program to allow.
+    attach_program(v2_runtime, bpf.device_filter([(("c", 1, 3, "rwm"), True)]))
+    assert probe(v2_runtime, ("/dev/null", RW), ("/dev/zero", RW)) == [0, "EPERM"]
+    allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_RW])
+    assert probe(v2_runtime, (LOOP, RW), (AUTOFS, RO), ("/dev/zero", RW)) == [0, "EPERM", "EPERM"]
+    _, progs = attached(v2_runtime)
+    assert len(progs) == 2
+    assert all(d.rules[0] == (("c", 10, 237, "rw"), True) for _, d in progs)
+
+
+def test_v2_single_program_mode(v2_cgroup):
+    attach_program(v2_cgroup, bpf.device_filter(RUNTIME_RULES), flags=0)
+    allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
+    assert probe(v2_cgroup, (LOOP, RW), (AUTOFS, RO)) == [0, "EPERM"]
+    flags, progs = attached(v2_cgroup)
+    assert flags == 0 and len(progs) == 1
+
+
+def test_v2_unreadable_program_is_left_alone(v2_cgroup):
+    # A program that calls a helper (bpf_get_current_uid_gid) cannot be copied as is.
+    insns = [
+        (bpf.JMP_CALL, 0, 0, 0, 15),
+        (bpf.ALU32_MOV_K, 0, 0, 0, 0),
+        (bpf.JMP_EXIT, 0, 0, 0, 0),
+    ]
+    prog_id = attach_program(v2_cgroup, insns)
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
+    assert str(exc.value) == (
+        f"cgroup v2 {v2_cgroup}: device program {prog_id} instruction 0 calls a helper "
+        "or uses a map; cannot extend it"
+    )
+    _, progs = attached(v2_cgroup)
+    assert [i for i, _ in progs] == [prog_id]
+
+
+def test_v2_failed_swap_keeps_old_program(v2_runtime):
+    # The runtime replaced its program meanwhile: BPF_F_REPLACE refuses, nothing changes.
+    from ocihook import cgroups
+
+    cfd = os.open(v2_runtime, os.O_RDONLY | os.O_DIRECTORY)
+    stale = bpf.prog_load(bpf.device_filter(RUNTIME_RULES))
+    new = bpf.prog_load(bpf.device_filter([(ACCEL_RW.as_tuple(), True)]))
+    try:
+        _, before = attached(v2_runtime)
+        with pytest.raises(bpf.BpfError) as exc:
+            cgroups._swap(cfd, bpf.BPF_F_ALLOW_MULTI, stale, new)
+        assert exc.value.errno == errno.ENOENT
+        _, after = attached(v2_runtime)
+        assert after == before
+    finally:
+        for fd in (cfd, stale, new):
+            os.close(fd)
+    assert probe(v2_runtime, (LOOP, RW)) == ["EPERM"]
+
+
+def test_v2_empty_rules_do_nothing(v2_cgroup):
+    assert allow_devices(CgroupTarget("v2", v2_cgroup), []) == []
+
+
+# ---------------------------------------------------------------------------
+# cgroup v1
+
+
+def test_v1_allow_rw(v1_cgroup):
+    target = CgroupTarget("v1", v1_cgroup)
+    assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    edits = allow_devices(target, [ACCEL_RW])
+    assert edits == plan_device_edits(target, [ACCEL_RW])
+    assert edits == [
+        {"cgroup": "v1", "path": v1_cgroup, "action": "devices.allow", "rule": "c 10:237 rw"}
+    ]
+    assert probe(v1_cgroup, (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW)) == [0, "EPERM", 0]
+    with open(os.path.join(v1_cgroup, "devices.list")) as f:
+        assert "c 10:237 rw" in f.read().splitlines()
+
+
+def test_v1_allow_read_only(v1_cgroup):
+    allow_devices(CgroupTarget("v1", v1_cgroup), [ACCEL_R])
+    got = probe(v1_cgroup, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
+    assert got == [0, "EPERM", "EPERM", 0]
+
+
+def test_v1_revert(v1_cgroup):
+    target = CgroupTarget("v1", v1_cgroup)
+    edits = allow_devices(target, [ACCEL_RW])
+    revert_device_edits(target, edits)
+    assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+
+
+def test_v1_parent_denies_all_or_nothing(v1_cgroup):
+    # A child cannot get more than its parent: the second rule fails, the first is undone.
+    child = os.path.join(v1_cgroup, "inner")
+    os.mkdir(child)
+    target = CgroupTarget("v1", child)
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(target, [DeviceRule("c", 1, 3, "rw"), ACCEL_RW])
+    assert str(exc.value) == (
+        f"cannot write 'c 10:237 rw' to {child}/devices.allow: Operation not permitted "
+        "(the parent cgroup does not allow it)"
+    )
+    assert probe(child, ("/dev/null", RW)) == ["EPERM"]
+
+
+# ---------------------------------------------------------------------------
+# finding the container's cgroup
+
+
+def test_find_v1_cgroupfs_forms(v1_cgroup, lab):
+    s = lab.sleeper(v1_cgroup)
+    want = CgroupTarget("v1", v1_cgroup)
+    name = os.path.basename(v1_cgroup)
+    assert find_container_cgroup(s.pid) == want
+    assert find_container_cgroup(s.pid, f"/{name}") == want
+    assert find_container_cgroup(s.pid, name) == want  # relative cgroupfs path
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(s.pid, "/somewhere/else")
+    assert str(exc.value) == (
+        f"cgroupsPath '/somewhere/else' (/somewhere/else) does not match "
+        f"the cgroup /{name} of process {s.pid}"
+    )
+
+
+def test_find_systemd_form(lab):
+    tag = uuid.uuid4().hex[:8]
+    rel = f"ocihooktest.slice/ocihooktest-{tag}.slice/crio-c{tag}.scope"
+    scope = lab.mkdir(V1_ROOT, rel)
+    s = lab.sleeper(scope)
+    want = CgroupTarget("v1", scope)
+    assert find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:c{tag}") == want
+    assert find_container_cgroup(s.pid, f"/{rel}") == want
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:other")
+    assert str(exc.value) == (
+        f"cgroupsPath 'ocihooktest-{tag}.slice:crio:other' "
+        f"(/ocihooktest.slice/ocihooktest-{tag}.slice/crio-other.scope) does not match "
+        f"the cgroup /{rel} of process {s.pid}"
+    )
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, MS_REC, MS_PRIVATE, MNT_DETACH = 0x20000, 0x4000, 0x40000, 2
+
+
+def _check(ret):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _private_mount_ns():
+    """In a child: own mount namespace, nothing propagates back to the host."""
+    _check(libc.unshare(CLONE_NEWNS))
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None))
+
+
+def _find_without_v1_devices(pid):
+    """In a child: hide the v1 devices mount (a pure v2 host for devices), then look."""
+    _private_mount_ns()
+    _check(libc.umount2(V1_ROOT.encode(), MNT_DETACH))
+    t = find_container_cgroup(pid)
+    return [t.version, t.path]
+
+
+def test_find_v2_when_devices_not_on_v1(v2_cgroup, v1_cgroup, lab):
+    s = lab.sleeper(v1_cgroup, v2_cgroup)
+    assert find_container_cgroup(s.pid) == CgroupTarget("v1", v1_cgroup)  # hybrid: v1
+    assert in_child(_find_without_v1_devices, s.pid) == ["v2", v2_cgroup]
+
+
+def _find_with_cgroup_dir_hidden(pid, parent, make_dir):
+    """In a child: cover `parent` with a tmpfs, so the process's cgroup dir is not there."""
+    _private_mount_ns()
+    _check(libc.mount(b"tmpfs", parent.encode(), b"tmpfs", 0, None))
+    if make_dir:
+        os.makedirs(os.path.join(parent, "x"))
+    try:
+        find_container_cgroup(pid)
+    except OcihookError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_find_missing_or_foreign_dir(lab):
+    inner = lab.mkdir(V1_ROOT, f"ocihook-test-{uuid.uuid4().hex[:12]}/x")
+    parent = os.path.dirname(inner)
+    s = lab.sleeper(inner)
+    got = in_child(_find_with_cgroup_dir_hidden, s.pid, parent, False)
+    assert got == f"cgroup of process {s.pid}: {inner} does not exist"
+    got = in_child(_find_with_cgroup_dir_hidden, s.pid, parent, True)
+    assert got == f"cgroup directory {inner} is not on the {V1_ROOT} cgroup mount"
+
+
+def test_find_refuses_root_cgroup(lab):
+    s = lab.sleeper(V1_ROOT)
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(s.pid)
+    assert (
+        str(exc.value) == f"process {s.pid} is in the root cgroup; refusing to touch host devices"
+    )
+
+
+def test_allow_on_missing_dir():
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v1", V1_ROOT + "/no-such-cgroup"), [ACCEL_RW])
+    assert str(exc.value) == f"cgroup v1: {V1_ROOT}/no-such-cgroup does not exist"
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v2", V2_ROOT + "/../x"), [ACCEL_RW])
+    assert str(exc.value) == f"cgroup v2: '{V2_ROOT}/../x' is not a clean absolute path"
+
+
+def test_find_missing_pid():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # reaped: the pid is free
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(pid)
+    assert str(exc.value) == f"container process {pid} not found: /proc/{pid}/cgroup does not exist"
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(0)
+    assert str(exc.value) == "container pid 0 is not a positive integer"
+
+
+@pytest.mark.parametrize(
+    "cgroups_path, message",
+    [
+        ("/a/../b", "cgroupsPath '/a/../b' contains '..'"),
+        ("../escape", "cgroupsPath '../escape' contains '..'"),
+        (
+            "machine.slice:libpod:..",
+            "cgroupsPath 'machine.slice:libpod:..' has '/' or '..' in prefix or name",
+        ),
+        (
+            "machine.slice:x/y:z",
+            "cgroupsPath 'machine.slice:x/y:z' has '/' or '..' in prefix or name",
+        ),
+        ("a:b", "cgroupsPath 'a:b' is not of the form slice:prefix:name"),
+        ("machine:libpod:x", "cgroupsPath slice 'machine' is not a valid systemd slice name"),
+        ("a--b.slice:p:x", "cgroupsPath slice 'a--b.slice' is not a valid systemd slice name"),
+    ],
+)
+def test_bad_cgroups_path(v1_cgroup, lab, cgroups_path, message):
+    s = lab.sleeper(v1_cgroup)
+    with pytest.raises(OcihookError) as exc:
+        find_container_cgroup(s.pid, cgroups_path)
+    assert str(exc.value) == message
+
+
+def test_expand_slice_like_systemd():
+    assert expand_slice("-.slice") == ""
+    assert expand_slice("machine.slice") == "machine.slice"
+    assert expand_slice("kubepods-burstable-pod1.slice") == (
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice"
+    )
+    assert expected_cgroup_path("machine.slice:libpod:abc") == "/machine.slice/libpod-abc.scope"
+    assert expected_cgroup_path(":libpod:abc") == "/system.slice/libpod-abc.scope"
+    assert expected_cgroup_path("-.slice::abc") == "/abc.scope"
+    assert expected_cgroup_path("user.slice:x:y.slice") == "/user.slice/y.slice"
+    assert expected_cgroup_path("/libpod_parent/libpod-abc") == "/libpod_parent/libpod-abc"
+
+
+def test_rules_are_checked():
+    assert parse_rule("c 10:* rw") == DeviceRule("c", 10, -1, "rw")
+    target = CgroupTarget("v1", "/nonexistent")
+    for bad, msg in [
+        (DeviceRule("a", 1, 3, "rw"), "device type 'a' is not 'c' or 'b'"),
+        (DeviceRule("c", 1, 3, "rx"), "device access 'rx' is not a non-empty subset of 'rwm'"),
+        (DeviceRule("c", 1, 3, ""), "device access '' is not a non-empty subset of 'rwm'"),
+        (
+            DeviceRule("c", 4096, 3, "r"),
+            "device major 4096 is out of range 0..4095 (or -1 for any)",
+        ),
+    ]:
+        with pytest.raises(OcihookError) as exc:
+            plan_device_edits(target, [bad])
+        assert str(exc.value) == f"device rule {bad.type} {bad.major}:{bad.minor}: {msg}"
+    with pytest.raises(OcihookError):
+        parse_rule("c 10 rw")
+    rules = [ACCEL_RW, ACCEL_RW, ACCEL_R]
+    assert [e["rule"] for e in plan_device_edits(target, rules)] == ["c 10:237 rw", "c 10:237 r"]
+
+
+def test_v1_describe(v1_cgroup):
+    target = CgroupTarget("v1", v1_cgroup)
+    allow_devices(target, [ACCEL_RW])
+    assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", "c 10:237 rw"]}]
