@@ -33,7 +33,7 @@ def check_hook_file(path: str) -> list[str]:
         return [f"{path}: must be a JSON object"]
     problems = []
     if document.get("version") != "1.0.0":
-        problems.append(f"{path}: version must be \"1.0.0\", not {document.get('version')!r}")
+        problems.append(f'{path}: version must be "1.0.0", not {document.get("version")!r}')
     hook = document.get("hook")
     if not isinstance(hook, dict):
         problems.append(f"{path}: hook: missing or not an object")

@@ -1,0 +1,169 @@
+"""The hook and inspection commands: prestart, poststop, plan, check."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from ocihook import hooksd
+from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, compile_config
+from ocihook.errors import OcihookError
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The ocihook configuration file.",
+)
+
+
+@click.command()
+@config_option
+@click.option(
+    "--cache-dir",
+    default=DEFAULT_CACHE_DIR,
+    show_default=True,
+    help="Where the compiled config is cached.",
+)
+def prestart(config_path: str, cache_dir: str) -> None:
+    """Run the hook: read the OCI state JSON on stdin and inject the driver.
+
+    This is what the runtime runs (through the lean `ocihook-hook` executable that
+    hooks.d points at); a container that asks for no devices costs nothing.
+    """
+    from ocihook.hook import main
+
+    sys.exit(main(["--config", config_path, "--cache-dir", cache_dir]))
+
+
+@click.command()
+@config_option
+@click.option("--cache-dir", default=DEFAULT_CACHE_DIR, show_default=True)
+def poststop(config_path: str, cache_dir: str) -> None:
+    """Remove the container's record (state JSON on stdin, status "stopped")."""
+    from ocihook.hook import main
+
+    sys.exit(main(["--config", config_path, "--cache-dir", cache_dir]))
+
+
+@click.command()
+@config_option
+@click.option(
+    "--devices",
+    default="all",
+    show_default=True,
+    help="The request to plan for: all, none, or indices such as 0,2.",
+)
+@click.option(
+    "--lib-dir",
+    default=None,
+    help="Container library dir (default: the config's; 'auto' shows /usr/lib64).",
+)
+@click.option(
+    "--rootfs",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Detect the library dir from this image root file system.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(
+    config_path: str, devices: str, lib_dir: str | None, rootfs: str | None, as_json: bool
+) -> None:
+    """Show what a container asking for DEVICES would get, without touching anything.
+
+    Lists every bind mount (source, container path, flags), soname link, device node
+    (type, major:minor, mode, cgroup access) and ld cache dir, resolved against the
+    configured source root exactly as the hook resolves it.
+    """
+    from ocihook import apply, securepath
+    from ocihook.discover import Roots
+    from ocihook.inject import plan_for
+    from ocihook.plan import format_plan
+    from ocihook.request import parse_request
+
+    config, _ = compile_config(config_path)
+    request = parse_request(devices, "--devices")
+    if rootfs:
+        root_fd = securepath.open_dir(os.path.abspath(rootfs))
+        try:
+            lib_dir = apply.detect_lib_dir(root_fd)
+        finally:
+            os.close(root_fd)
+    elif lib_dir is None and config["container"]["lib_dir"] != "auto":
+        lib_dir = config["container"]["lib_dir"]
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        result = plan_for(config, roots, request, lib_dir)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(format_plan(result))
+
+
+@click.command()
+@config_option
+@click.option(
+    "--hooks-dir",
+    "hooks_dirs",
+    multiple=True,
+    help="hooks.d directory to check (repeatable; default: podman's and CRI-O's).",
+)
+def check(config_path: str, hooks_dirs: tuple[str, ...]) -> None:
+    """Check the installation: config, profile, source root, ldconfig, hooks.d files.
+
+    Prints one line per check and exits 1 when anything is wrong.
+    """
+    problems: list[str] = []
+
+    def ok(message: str) -> None:
+        click.echo(f"ok      {message}")
+
+    def bad(message: str) -> None:
+        problems.append(message)
+        click.echo(f"FAILED  {message}")
+
+    config = None
+    try:
+        config, files = compile_config(config_path)
+        ok(f"config {config_path} is valid (profile {config['profile']['name']})")
+    except OcihookError as error:
+        bad(str(error))
+    if config is not None:
+        _check_driver(config, ok, bad)
+    directories = hooks_dirs or hooksd.DEFAULT_DIRS
+    found = hooksd.ocihook_files(directories)
+    if not found:
+        bad(f"no hooks.d file for ocihook in {', '.join(directories)}")
+    for path in found:
+        file_problems = hooksd.check_hook_file(path)
+        for problem in file_problems:
+            bad(problem)
+        if not file_problems:
+            ok(f"hooks.d file {path}")
+    if problems:
+        raise SystemExit(1)
+
+
+def _check_driver(config: dict, ok, bad) -> None:
+    from ocihook.discover import Roots
+    from ocihook.inject import plan_for
+    from ocihook.request import parse_request
+
+    try:
+        with Roots(config["source_root"], config["device_root"]) as roots:
+            result = plan_for(config, roots, parse_request("all", "check"))
+        ok(
+            f"source root {config['source_root']}: {len(result.mounts)} files, "
+            f"{len(result.links)} links, {len(result.devices)} device nodes"
+        )
+    except OcihookError as error:
+        bad(str(error))
+    ldconfig = config["ldconfig"]
+    if ldconfig["enabled"] and not os.access(ldconfig["path"], os.X_OK):
+        bad(f"ldconfig {ldconfig['path']}: not an executable file")
+    elif ldconfig["enabled"]:
+        ok(f"ldconfig {ldconfig['path']}")
