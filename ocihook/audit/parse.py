@@ -56,6 +56,8 @@ _ISO_TIME = re.compile(
     r"^(?P<dt>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
     r"(?P<tz>Z|[+-]\d\d:?\d\d)?\s"
 )
+_RECORD_START = re.compile(r"\btype=\w+\s+msg=audit\(|\baudit:\s+type=\d|\baudit\[\d+\]:|\bavc:\s")
+_ALL_FIELDS = re.compile(r"^(?:[A-Za-z_][\w-]*=\S*\s*)+$")
 _QUOTE_MARKERS = re.compile(r"^(?:\s*>)+ ?")
 _KEY = re.compile(r"[A-Za-z_][\w-]*=")
 _HEX = re.compile(r"^(?:[0-9A-Fa-f]{2})+$")
@@ -358,7 +360,11 @@ def _incomplete(text: str, rtype: str) -> bool:
 def _continues(pending: str, text: str) -> bool:
     """Whether `text` is the hard-wrapped rest of the record line `pending`."""
     rtype = _record_type(pending)
-    if rtype is None or _find_header(text) or not _incomplete(pending, rtype):
+    if rtype is None or _find_header(text) or _RECORD_START.search(text):
+        return False
+    if _ALL_FIELDS.match(text) and rtype in AVC_TYPES:
+        return True  # word-wrapped trailing fields (permissive=0, trawcon=...)
+    if not _incomplete(pending, rtype):
         return False
     if rtype == "PROCTITLE":
         return bool(_HEX.match(text)) and bool(_HEX.match(pending.split("=")[-1]))
@@ -431,6 +437,11 @@ def _short(text: str) -> str:
 # ---------------------------------------------------------------------------- events
 
 
+def parse_text(text: str, source: str = "-", now: float | None = None) -> ParseResult:
+    """Parse a string; lines end at \\n only (str.splitlines() would split at \\x1d too)."""
+    return parse(text.split("\n"), source, now)
+
+
 def parse(lines: Iterable[bytes | str], source: str = "-", now: float | None = None) -> ParseResult:
     """Parse audit lines (bytes or text) into events with AVCs; never raises on bad input."""
     now = time.time() if now is None else now
@@ -446,9 +457,10 @@ def parse(lines: Iterable[bytes | str], source: str = "-", now: float | None = N
             result.unreadable.append(Unreadable(source, number, f"{reason}: {error}", _short(text)))
             continue
         if record is None:
-            result.unreadable.append(
-                Unreadable(source, number, "not an audit record", _short(text))
-            )
+            reason = "not an audit record"
+            if _RECORD_START.search(text):
+                reason = "truncated record: incomplete header"
+            result.unreadable.append(Unreadable(source, number, reason, _short(text)))
             continue
         result.records += 1
         if record.type not in EVENT_TYPES or (record.type in AVC_TYPES and record.avc is None):
