@@ -114,6 +114,7 @@ def test_report_names_container_file_and_fix(state):
     # same categories, but no injected file: the container's, not the hook's file
     assert got["/opt/synth dir"]["container"] == CID and got["/opt/synth dir"]["permissive"]
     assert got["/opt/synth dir"]["injected"] is None
+    assert got["/opt/synth dir"]["cause"] == "not-ocihook"
     assert any("broken.json" in w for w in report["warnings"])
 
 

@@ -198,6 +198,14 @@ def _from_labels(
         if ttype in names.VENDOR_DEVICE_TYPES:
             finding.fixes.append(f"or keep {ttype}: setsebool -P {names.VENDOR_DEVICES_TUNABLE} on")
         return
+    if injected is None and avc.tclass in names.FILE_CLASSES | names.DEVICE_CLASSES:
+        finding.cause = "not-ocihook"
+        finding.explanation = (
+            f"In a container ocihook set up, but {finding.target or 'the target'} is not a file "
+            f"or device that ocihook injected."
+        )
+        finding.fixes = _generic_rule(avc)
+        return
     if avc.tclass in names.FILE_CLASSES and ttype not in names.CONTAINER_READABLE_TYPES:
         finding.cause = "source-unlabelled"
         finding.explanation = (
