@@ -1,0 +1,202 @@
+"""`ocihook audit`: explain AVC denials in terms of ocihook's containers and injected files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+import time
+import zlib
+from datetime import datetime
+from typing import IO, Iterable, Iterator
+
+import click
+
+from ocihook.audit import parse as parse_mod
+from ocihook.audit.explain import Finding, explain_all
+from ocihook.audit.records import DEFAULT_STATE_DIR, load_records, match
+from ocihook.audit.report import to_json, to_text
+from ocihook.errors import OcihookError
+
+DEFAULT_LOG = "/var/log/audit/audit.log"
+EXIT_CLEAN, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
+_RELATIVE = re.compile(r"^(\d+)\s*(s|sec|m|min|h|hour|d|day|w|week)s?$")
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400}
+_UNITS.update({"day": 86400, "w": 604800, "week": 604800})
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`--since`: epoch seconds, ISO date/time (local, or UTC with Z), `10m`, `1h`, `2d`,
+    `today`, `yesterday`, `recent` (10 minutes, as ausearch says it)."""
+    now = time.time() if now is None else now
+    value = text.strip().lower()
+    match = _RELATIVE.match(value)
+    if match:
+        return now - int(match[1]) * _UNITS[match[2]]
+    if value in ("today", "yesterday"):
+        midnight = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight.timestamp() - (86400 if value == "yesterday" else 0)
+    if value == "recent":
+        return now - 600
+    if re.match(r"^\d+(\.\d+)?$", value):
+        return float(value)
+    iso = text.strip().replace(" ", "T")
+    if iso.endswith(("Z", "z")):
+        for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
+            try:
+                return parse_mod.utc_timestamp(
+                    datetime.strptime(iso[:-1], form).strftime("%Y-%m-%dT%H:%M:%SZ")
+                )
+            except ValueError:
+                continue
+    for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(iso, form).timestamp()
+        except ValueError:
+            continue
+    raise ValueError(f"not a time: {text!r} (use 10m, 1h, 2d, today, 2026-11-30 16:00, epoch)")
+
+
+def _open(path: str) -> IO[bytes]:
+    """A binary stream of `path` ('-' is stdin), gunzipped when it is gzip."""
+    handle = sys.stdin.buffer if path == "-" else open(path, "rb")
+    peek = getattr(handle, "peek", None)
+    if peek is not None and peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+    return handle
+
+
+def _lines(handle: IO[bytes], path: str, errors: list[str]) -> Iterator[bytes]:
+    try:
+        yield from handle
+    except (OSError, EOFError, zlib.error) as error:
+        errors.append(f"{path}: read error: {error or error.__class__.__name__}")
+
+
+def read_inputs(paths: Iterable[str]) -> parse_mod.ParseResult:
+    """Parse every input into one result; raises OSError (path in message) when one cannot
+    be read at all."""
+    total = parse_mod.ParseResult()
+    for path in paths:
+        errors: list[str] = []
+        try:
+            handle = _open(path)
+        except OSError as error:
+            raise OSError(f"cannot read {path}: {error.strerror or error}") from None
+        name = "<stdin>" if path == "-" else path
+        try:
+            result = parse_mod.parse(_lines(handle, name, errors), source=name)
+        finally:
+            if path != "-":
+                handle.close()
+        if errors and result.lines == 0:
+            raise OSError(f"cannot read {path}: {errors[0].split(': ', 2)[-1]}")
+        for error in errors:
+            result.unreadable.append(
+                parse_mod.Unreadable(name, result.lines + 1, error.split(": ", 1)[1], "")
+            )
+        total.events.extend(result.events)
+        total.unreadable.extend(result.unreadable)
+        total.lines += result.lines
+        total.records += result.records
+        total.other_records += result.other_records
+    return total
+
+
+def _wanted(finding: Finding, container: str | None) -> bool:
+    if container is None:
+        return True
+    if finding.match.container is not None:
+        return finding.match.container.id.startswith(container)
+    return any(c.startswith(container) for c in finding.match.candidates)
+
+
+def exit_code(findings: list[Finding], include_all: bool = False) -> int:
+    """1 when a relevant access was denied (related to ocihook, or any with --all), else 0."""
+    for finding in findings:
+        if finding.avc.denied and (finding.related or include_all):
+            return EXIT_DENIED
+    return EXIT_CLEAN
+
+
+@click.command("audit")
+@click.argument("files", nargs=-1, type=str)
+@click.option(
+    "--since", "since", metavar="TIME", help="Only events since TIME: 10m, 1h, today, ISO, epoch."
+)
+@click.option("--container", "container", metavar="ID", help="Only this container (id prefix).")
+@click.option(
+    "--state-dir",
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the hook records its containers.",
+)
+@click.option(
+    "--policy",
+    metavar="FILE",
+    help="Binary policy for audit2why verdicts (default: the loaded one, when SELinux is on).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--all", "include_all", is_flag=True, help="Denials not related to ocihook also set exit 1."
+)
+def audit(
+    files: tuple[str, ...],
+    since: str | None,
+    container: str | None,
+    state_dir: str,
+    policy: str | None,
+    as_json: bool,
+    include_all: bool,
+) -> None:
+    """Explain SELinux AVC denials for containers that ocihook set up.
+
+    Reads FILES (audit.log, rotated or gzipped logs, ausearch or journalctl output, dmesg;
+    '-' is stdin; default /var/log/audit/audit.log). Exit status: 0 nothing relevant was
+    denied, 1 something was, 2 usage error or unreadable input.
+    """
+    try:
+        since_ts = None if since is None else parse_since(since)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--since") from None
+    try:
+        parsed = read_inputs(files or (DEFAULT_LOG,))
+    except OSError as error:
+        click.echo(f"ocihook audit: {error}", err=True)
+        sys.exit(EXIT_USAGE)
+    if since_ts is not None:
+        parsed.events = [e for e in parsed.events if e.timestamp is None or e.timestamp >= since_ts]
+    containers, warnings = load_records(state_dir)
+    if not containers:
+        warnings.append(f"no ocihook records in {state_dir}: denials cannot be tied to containers")
+    if container and not any(c.id.startswith(container) for c in containers):
+        warnings.append(f"no record of a container {container!r} in {state_dir}")
+    oracle = None
+    policy_path = None
+    if policy is not None or _selinux_enabled():
+        from ocihook.audit.policy import Policy
+
+        try:
+            oracle = Policy(policy)
+            policy_path = oracle.path
+        except OcihookError as error:
+            if policy is not None:
+                click.echo(f"ocihook audit: {error}", err=True)
+                sys.exit(EXIT_USAGE)
+            warnings.append(str(error))
+    findings = explain_all(parsed.events, lambda event, avc: match(event, avc, containers), oracle)
+    findings = [f for f in findings if _wanted(f, container)]
+    code = exit_code(findings, include_all)
+    if as_json:
+        click.echo(json.dumps(to_json(findings, parsed, warnings, code, policy_path), indent=2))
+    else:
+        click.echo(to_text(findings, parsed, warnings, policy_path), nl=False)
+    sys.exit(code)
+
+
+def _selinux_enabled() -> bool:
+    from ocihook.selinux.label import selinux_enabled
+
+    return selinux_enabled()

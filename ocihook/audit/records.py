@@ -1,0 +1,245 @@
+"""The hook's per-container records (/run/ocihook/<id>.json) and matching denials to them.
+
+A denial belongs to a container when its scontext carries the container's MCS categories
+(process or mount label), when its pid is the container's, or when it touches a file or
+device that only that container had injected. A denial touches an injected file when its
+path (container or host side), inode (with device name where known) or device node name
+matches the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ocihook.audit.parse import Avc, Event
+
+DEFAULT_STATE_DIR = "/run/ocihook"
+RECORD_VERSION = 1
+
+
+@dataclass
+class Injected:
+    """One thing the hook put into a container: a mount, a symlink or a device node."""
+
+    kind: str  # library, binary, firmware, ... (mounts), link, device
+    target: str  # path inside the container
+    source: str | None = None  # host path (mounts, devices)
+    dev: int | None = None
+    ino: int | None = None
+    label: str | None = None
+
+
+@dataclass
+class Container:
+    """A container as the hook recorded it."""
+
+    id: str
+    path: str
+    created: str | None = None
+    pid: int | None = None
+    rootfs: str | None = None
+    profile: str | None = None
+    source_root: str | None = None
+    device_root: str | None = None
+    mount_label: str | None = None
+    process_label: str | None = None
+    injected: list[Injected] = field(default_factory=list)
+
+
+@dataclass
+class Match:
+    """What a denial was tied to, and by which evidence."""
+
+    container: Container | None = None
+    injected: Injected | None = None
+    by: list[str] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)  # ids when the file was in several
+
+
+def categories(context: str | None) -> frozenset[str]:
+    """The MCS categories of a context's (low) level: `...:s0:c1,c2` -> {c1, c2}; c1.c3 expanded."""
+    if not context:
+        return frozenset()
+    parts = context.split(":", 3)
+    if len(parts) < 4:
+        return frozenset()
+    level = parts[3].split("-")[0]
+    cats = level.split(":", 1)[1] if ":" in level else ""
+    result: set[str] = set()
+    for item in filter(None, cats.split(",")):
+        low, _, high = item.partition(".")
+        if high and low[1:].isdigit() and high[1:].isdigit():
+            result.update(f"c{n}" for n in range(int(low[1:]), int(high[1:]) + 1))
+        else:
+            result.add(item)
+    return frozenset(result)
+
+
+def context_type(context: str | None) -> str:
+    parts = (context or "").split(":")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def load_records(state_dir: str | os.PathLike[str]) -> tuple[list[Container], list[str]]:
+    """Read every `<id>.json` record in `state_dir`; unreadable ones become warnings."""
+    containers: list[Container] = []
+    warnings: list[str] = []
+    directory = Path(state_dir)
+    if not directory.is_dir():
+        return containers, warnings
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            containers.append(container_from_dict(data, str(path)))
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as error:
+            warnings.append(f"{path}: unreadable record ({error.__class__.__name__}: {error})")
+    return containers, warnings
+
+
+def _int(value: object) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def container_from_dict(data: dict, path: str = "") -> Container:
+    """A Container from a version-1 record (raises ValueError when it is not one)."""
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
+        raise ValueError(f"not a version {RECORD_VERSION} ocihook record")
+    if not isinstance(data.get("id"), str) or not data["id"]:
+        raise ValueError("record without an id")
+    container = Container(
+        id=data["id"],
+        path=path,
+        created=data.get("created"),
+        pid=_int(data.get("pid")),
+        rootfs=data.get("rootfs"),
+        profile=data.get("profile"),
+        source_root=data.get("source_root"),
+        device_root=data.get("device_root"),
+        mount_label=data.get("mount_label"),
+        process_label=data.get("process_label"),
+    )
+    for mount in data.get("mounts") or []:
+        container.injected.append(
+            Injected(
+                kind=str(mount.get("kind") or "mount"),
+                target=str(mount["target"]),
+                source=mount.get("source"),
+                dev=_int(mount.get("dev")),
+                ino=_int(mount.get("ino")),
+                label=mount.get("label"),
+            )
+        )
+    for link in data.get("links") or []:
+        container.injected.append(
+            Injected(kind="link", target=str(link["target"]), source=link.get("points_to"))
+        )
+    for device in data.get("devices") or []:
+        container.injected.append(
+            Injected(
+                kind="device",
+                target=str(device["path"]),
+                source=device.get("host_path"),
+                label=device.get("label"),
+            )
+        )
+    return container
+
+
+def device_name(dev: int | None) -> str | None:
+    """The kernel's name (as AVC `dev=` shows it) for a device number, from /sys when it can."""
+    if dev is None:
+        return None
+    major, minor = os.major(dev), os.minor(dev)
+    try:
+        with open(f"/sys/dev/block/{major}:{minor}/uevent", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("DEVNAME="):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _paths(event: Event, avc: Avc) -> list[str]:
+    """Absolute paths the denial names: AVC path=, PATH records' name= (joined with CWD)."""
+    paths = []
+    if avc.fields.get("path"):
+        paths.append(avc.fields["path"])
+    for record in event.paths:
+        name = record.get("name", "")
+        if name.startswith("/"):
+            paths.append(name)
+        elif name and event.cwd and name not in ("(null)", "?"):
+            paths.append(os.path.normpath(os.path.join(event.cwd, name)))
+    return paths
+
+
+def match_file(container: Container, event: Event, avc: Avc) -> tuple[Injected, str] | None:
+    """The injected item of `container` that the denial touches, with the evidence."""
+    paths = _paths(event, avc)
+    name = avc.fields.get("name")
+    ino = _int(avc.fields.get("ino"))
+    dev = avc.fields.get("dev")
+    rootfs = (container.rootfs or "").rstrip("/")
+    for item in container.injected:
+        for path in paths:
+            if path == item.target or (rootfs and path == rootfs + item.target):
+                return item, "path"
+            if item.source and path == item.source:
+                return item, "host path"
+    for item in container.injected:
+        if item.ino is not None and ino == item.ino:
+            known = device_name(item.dev)
+            if known is None or dev is None or dev == known:
+                return item, "inode"
+    for item in container.injected:
+        base = os.path.basename(item.target)
+        if name and name == base and not paths:
+            if item.kind == "device" and avc.tclass in ("chr_file", "blk_file"):
+                return item, "device name"
+            if item.kind == "link" and avc.tclass == "lnk_file":
+                return item, "link name"
+    return None
+
+
+def owns(container: Container, avc: Avc, event: Event) -> str | None:
+    """Evidence that the denied process runs in `container` (categories, pid), else None."""
+    cats = categories(avc.scontext)
+    if cats:
+        for label in (container.process_label, container.mount_label):
+            if categories(label) == cats:
+                return "MCS categories"
+    pid = _int(avc.fields.get("pid")) or _int(event.syscall.get("pid"))
+    if pid is not None and container.pid is not None and pid == container.pid:
+        return "pid"
+    return None
+
+
+def match(event: Event, avc: Avc, containers: list[Container]) -> Match:
+    """Tie a denial to a container and an injected file where the records allow it."""
+    owners = [(c, why) for c in containers if (why := owns(c, avc, event))]
+    files = [(c, hit) for c in containers if (hit := match_file(c, event, avc))]
+    if owners:
+        container, why = owners[0]
+        result = Match(container=container, by=[why])
+        for candidate, (item, evidence) in files:
+            if candidate is container:
+                result.injected = item
+                result.by.append(evidence)
+        return result
+    if files:
+        container, (item, evidence) = files[0]
+        ids = [c.id for c, _ in files]
+        result = Match(injected=item, by=[evidence])
+        if len(ids) == 1:
+            result.container = container
+        else:
+            result.candidates = ids
+        return result
+    return Match()

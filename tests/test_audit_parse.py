@@ -1,0 +1,153 @@
+"""Parser: every format users paste, with golden JSON of the parsed records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+from audit_helpers import DATA, NOW, as_data, check_golden, utc
+
+from ocihook.audit.parse import parse, parse_avc, split_fields
+
+SAMPLES = [json.loads(line) for line in (DATA / "samples.jsonl").read_text().split("\n") if line]
+FILES = [
+    "audit.log",
+    "ausearch-raw.txt",
+    "ausearch-i.txt",
+    "journald.txt",
+    "dmesg.txt",
+    "pasted.txt",
+    "truncated.txt",
+]
+
+
+def lines(name: str) -> list[bytes]:
+    # bytes: str.splitlines() would also split at \x1d, the enriched-field separator
+    return (DATA / name).read_bytes().splitlines(keepends=True)
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch):
+    utc(monkeypatch)
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("index", range(len(SAMPLES)))
+def test_published_samples(index):
+    sample = SAMPLES[index]
+    result = parse(sample["raw"].split("\n"), source=f"sample-{index}", now=NOW)
+    assert not result.unreadable
+    assert result.events and all(event.avcs for event in result.events)
+    check_golden(f"sample-{index}", as_data(result))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_formats(name):
+    raw = (DATA / name).read_bytes()
+    result = parse(raw.splitlines(keepends=True), source=name, now=NOW)
+    check_golden(name, as_data(result))
+
+
+def test_gzipped_rotated_log_reads_like_plain(tmp_path):
+    from ocihook.audit.cli import read_inputs
+
+    plain = (DATA / "audit.log").read_bytes()
+    rotated = tmp_path / "audit.log.1.gz"
+    rotated.write_bytes(gzip.compress(plain))
+    got = read_inputs([str(rotated)])
+    want = parse(plain.splitlines(keepends=True), source=str(rotated))
+    assert as_data(got) == as_data(want)
+
+
+def test_raw_and_interpreted_ausearch_agree_on_the_denial():
+    raw = parse(lines("ausearch-raw.txt"), now=NOW).events[0]
+    cooked = parse(lines("ausearch-i.txt"), now=NOW).events[0]
+    assert (
+        (raw.timestamp, raw.serial) == (cooked.timestamp, cooked.serial) == (1764518400.101, 5001)
+    )
+    assert raw.avcs[0].scontext == cooked.avcs[0].scontext
+    assert raw.proctitle == cooked.proctitle == "synth-smi --list"
+    assert raw.paths[0]["name"] == cooked.paths[0]["name"] == "/usr/lib64/libsynth.so.1.2.3"
+
+
+def test_event_groups_records_by_serial():
+    event = parse(lines("audit.log"), now=NOW).events[0]
+    assert event.serial == 5001
+    assert event.syscall["exe"] == "/usr/bin/synth-smi"
+    assert event.syscall["SYSCALL"] == "openat"  # enriched field after \x1d
+    assert event.syscall["UID"] == "root"
+    assert event.cwd == "/"
+    assert event.proctitle == "synth-smi --list"  # hex decoded, NUL -> space
+
+
+def test_hex_path_granted_permissive_user_avc_and_node():
+    result = parse(lines("audit.log"), now=NOW)
+    avcs = {e.serial: e.avcs[0] for e in result.events}
+    assert avcs[5004].fields["path"] == "/opt/synth dir" and avcs[5004].permissive is True
+    assert avcs[5005].result == "granted" and not avcs[5005].denied
+    assert (
+        avcs[5006].tclass == "system"
+        and avcs[5006].fields["cmdline"] == "/usr/bin/systemctl status"
+    )
+    assert avcs[5006].fields["subj"] == "system_u:system_r:init_t:s0"  # outer USER_AVC field
+    node = [e for e in result.events if e.serial == 5002][0]
+    assert node.node == "gpu-host-7" and node.proctitle == "synth-smi"
+    assert result.other_records == 4  # USER_LOGIN, MAC_POLICY_LOAD, policy-load AVC, EOE
+
+
+def test_pasted_lines_with_quotes_wraps_and_crlf():
+    result = parse(lines("pasted.txt"), now=NOW)
+    assert [e.serial for e in result.events] == [5001, 5003, 5002]
+    first = result.events[0].avcs[0]
+    assert first.fields["pid"] == "4242"
+    assert first.scontext == "system_u:system_r:container_t:s0:c123,c456"
+    assert result.events[1].avcs[0].tcontext == "system_u:object_r:container_file_t:s0:c7,c9"
+    assert [u.reason for u in result.unreadable] == ["not an audit record"] * 2
+
+
+def test_journald_groups_records_without_serial():
+    result = parse(lines("journald.txt"), now=NOW)
+    first = result.events[0]
+    assert first.serial is None and first.timestamp == 1764518460.0
+    assert first.syscall["pid"] == "4243" and first.proctitle == "synth-smi --list"
+    assert result.events[1].timestamp == 1764518520.0  # short-iso with +0000
+    assert result.events[2].serial == 5011  # kernel: audit: type=1400 audit(...)
+    assert result.events[3].avcs[0].tclass == "system"
+
+
+def test_truncated_records_are_reported():
+    result = parse(lines("truncated.txt"), now=NOW)
+    assert [e.serial for e in result.events] == [5003]
+    reasons = [(u.line, u.reason.split(":")[0]) for u in result.unreadable]
+    assert reasons == [
+        (1, "truncated record"),
+        (2, "truncated record"),
+        (3, "truncated record"),
+        (5, "unreadable record"),
+        (6, "truncated record"),
+    ]
+
+
+def test_binary_and_garbage_are_unreadable_lines():
+    data = b"\x7fELF\x02\x01\x01\x00\x00\n\xff\xfe garbage\nhello world\n"
+    result = parse(data.splitlines(keepends=True))
+    assert not result.events
+    assert [u.reason for u in result.unreadable] == [
+        "binary data",
+        "binary data",
+        "not an audit record",
+    ]
+
+
+def test_split_fields_handles_quotes_and_parentheses():
+    fields, words = split_fields("a=\"x y\" b='p q' exit=EACCES(Permission denied) c=2 word")
+    assert fields == {"a": "x y", "b": "p q", "exit": "EACCES(Permission denied)", "c": "2"}
+    assert words == ["word"]
+
+
+def test_parse_avc_without_denial_is_none():
+    assert parse_avc("avc:  received policyload notice (seqno=2)") is None
