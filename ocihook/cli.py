@@ -53,3 +53,7 @@ def main() -> None:
     except OcihookError as error:
         print(f"ocihook: {error}", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -62,3 +62,7 @@ def run(
     args += list(extra or [])
     args += [image, *command]
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def remove(name: str) -> None:
+    subprocess.run(["podman", "rm", "-f", name], capture_output=True)

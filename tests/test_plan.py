@@ -1,0 +1,148 @@
+"""`ocihook plan`: discovery against a tree laid out like a real driver install (no root needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests/golden/plan-nvidia.json"
+NVIDIA_VERSION = "550.54.14"
+NVIDIA_LIBS = {
+    "libcuda.so": ["1"],
+    "libnvidia-ml.so": ["1"],
+    "libnvidia-cfg.so": ["1"],
+    "libcudadebugger.so": ["1"],
+    "libnvidia-opencl.so": ["1"],
+    "libnvidia-ptxjitcompiler.so": ["1"],
+    "libnvidia-allocator.so": ["1"],
+    "libnvidia-pkcs11-openssl3.so": [],
+    "libnvidia-nvvm.so": ["4"],
+    "libnvidia-gpucomp.so": [],
+}
+
+
+def nvidia_tree(root: Path) -> Path:
+    """Files where the NVIDIA .run installer / distro packages put them (contents are dummies)."""
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib32 = root / "usr/lib/i386-linux-gnu"
+    for d in (
+        lib,
+        lib32,
+        root / "usr/bin",
+        root / "dev",
+        root / "run/nvidia-persistenced",
+        root / f"lib/firmware/nvidia/{NVIDIA_VERSION}",
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+    for base, sonames in NVIDIA_LIBS.items():
+        real = f"{base}.{NVIDIA_VERSION}"
+        (lib / real).write_bytes(b"\x7fELF dummy")
+        (lib32 / real).write_bytes(b"\x7fELF dummy 32-bit")
+        for soname in sonames:
+            os.symlink(real, lib / f"{base}.{soname}")
+        os.symlink(
+            f"{base}.{sonames[0]}" if sonames else real, lib / base
+        )  # dev link: not injected
+    (lib / "libnvidia-egl-wayland.so.1.1.13").write_bytes(b"graphics: not in compute/utility")
+    for name in (
+        "nvidia-smi",
+        "nvidia-debugdump",
+        "nvidia-persistenced",
+        "nvidia-cuda-mps-control",
+        "nvidia-cuda-mps-server",
+        "nvidia-settings",
+    ):
+        (root / "usr/bin" / name).write_bytes(b"#!binary")
+        (root / "usr/bin" / name).chmod(0o755)
+    for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        (root / f"lib/firmware/nvidia/{NVIDIA_VERSION}" / name).write_bytes(b"fw")
+    (root / "lib/firmware/nvidia/535.0.0").mkdir()
+    (root / "lib/firmware/nvidia/535.0.0/gsp_ga10x.bin").write_bytes(b"old driver's firmware")
+    for name, (major, minor) in {
+        "nvidia0": (195, 0),
+        "nvidia1": (195, 1),
+        "nvidiactl": (195, 255),
+        "nvidia-uvm": (510, 0),
+        "nvidia-uvm-tools": (510, 1),
+        "nvidia-modeset": (195, 254),
+    }.items():
+        os.mknod(root / "dev" / name, 0o666 | 0o020000, os.makedev(major, minor))
+        os.chmod(root / "dev" / name, 0o666)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "run/nvidia-persistenced/socket"))
+    sock.close()
+    return root
+
+
+def run_plan(config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture
+def nvidia_config(tmp_path) -> Path:
+    root = nvidia_tree(tmp_path / "driver")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "profile": "nvidia",
+                "profile_dirs": [str(REPO / "packaging/profiles")],
+                "source_root": str(root),
+                "device_root": str(root),
+            }
+        )
+    )
+    return config
+
+
+def test_nvidia_plan_matches_golden(nvidia_config, tmp_path):
+    result = run_plan(
+        nvidia_config, "--json", "--devices", "all", "--lib-dir", "/usr/lib/x86_64-linux-gnu"
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.replace(str(tmp_path / "driver"), "<source>")
+    if os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text)
+    assert json.loads(text) == json.loads(GOLDEN.read_text())
+
+
+def test_nvidia_plan_selects_one_gpu_and_keeps_control_nodes(nvidia_config):
+    result = run_plan(nvidia_config, "--json", "--devices", "1")
+    assert result.returncode == 0, result.stderr
+    nodes = {d["path"]: d["index"] for d in json.loads(result.stdout)["devices"]}
+    assert nodes == {
+        "/dev/nvidia1": 1,
+        "/dev/nvidiactl": None,
+        "/dev/nvidia-uvm": None,
+        "/dev/nvidia-uvm-tools": None,
+    }
+
+
+def test_plan_text_output_lists_everything(nvidia_config):
+    result = run_plan(nvidia_config, "--devices", "0")
+    assert result.returncode == 0, result.stderr
+    assert "library  /usr/lib64/libcuda.so.550.54.14" in result.stdout
+    assert "/usr/lib64/libcuda.so.1 -> libcuda.so.550.54.14" in result.stdout
+    assert "/dev/nvidia0  c 195:0  mode 0666  cgroup rw  (index 0)" in result.stdout
+    assert "firmware /lib/firmware/nvidia/550.54.14/gsp_ga10x.bin" in result.stdout
+
+
+def test_plan_unknown_index_is_a_clear_error(nvidia_config):
+    result = run_plan(nvidia_config, "--devices", "7")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "ocihook: --devices: device index 7 does not exist (available: 0,1)"
+    )
