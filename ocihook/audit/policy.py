@@ -61,8 +61,9 @@ class Policy:
     def __init__(self, path: str | None) -> None:
         """Load `path`, or the host's loaded policy when None (SELinux enabled)."""
         try:
-            import selinux
             import selinux.audit2why as audit2why
+
+            import selinux
         except ImportError as error:
             raise OcihookError(
                 f"audit2why is not available ({error}): install python3-selinux"

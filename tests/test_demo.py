@@ -1,0 +1,18 @@
+"""`make demo` runs: the README's first command works on this machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_demo_succeeds():
+    result = subprocess.run(
+        [sys.executable, "scripts/demo.py"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "DEMO OK" in result.stdout
+    assert "synth-smi: opened /dev/synth0 (10:237) read-write" in result.stdout
