@@ -76,9 +76,13 @@ def refusal(path: str) -> str | None:
     if path in SYSTEM_DIRS:
         return f"refusing to relabel host system directory {path}: give the driver tree itself"
     for tree in SYSTEM_TREES:
+        if path == tree:
+            return f"refusing to relabel host system directory {path}: give the driver tree itself"
         if _within(path, tree):
             return f"refusing to relabel {path}: it is host system content under {tree}"
     if SYSTEM_TREE_RE.match(path):
+        if "/" not in path[1:]:
+            return f"refusing to relabel host system directory {path}: give the driver tree itself"
         return f"refusing to relabel {path}: it is host system content"
     return None
 
