@@ -36,7 +36,9 @@ def relabel(dry_run: bool, device_type: str, paths: tuple[str, ...]) -> None:
     verb = "would relabel" if dry_run else "relabelled"
     total = "to relabel" if dry_run else "relabelled"
     for change in changes:
-        click.echo(f"{verb} {change.path} ({change.kind}): {change.old or '(none)'} -> {change.new}")
+        click.echo(
+            f"{verb} {change.path} ({change.kind}): {change.old or '(none)'} -> {change.new}"
+        )
     click.echo(f"{len(changes)} file(s) {total}" if changes else "all labels already right")
 
 

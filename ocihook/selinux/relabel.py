@@ -172,11 +172,11 @@ def resolve(paths: Iterable[str]) -> list[str]:
     resolved = []
     for given in paths:
         path = os.path.realpath(given)
-        if not os.path.lexists(path):
-            raise OcihookError(f"{given}: no such file or directory")
         problem = refusal(path)
         if problem:
             raise OcihookError(problem)
+        if not os.path.lexists(path):
+            raise OcihookError(f"{given}: no such file or directory")
         resolved.append(path)
     return resolved
 

@@ -59,7 +59,7 @@ class Status:
 
 
 def selinux_mode(selinuxfs: str = SELINUXFS) -> str:
-    """"enforcing", "permissive" or "disabled" (no SELinux LSM running)."""
+    """ "enforcing", "permissive" or "disabled" (no SELinux LSM running)."""
     try:
         with open(os.path.join(selinuxfs, "enforce")) as f:
             return "enforcing" if f.read().strip() == "1" else "permissive"
