@@ -38,3 +38,83 @@ def get_label(path: str, follow_symlinks: bool = False) -> str | None:
     except OSError:
         return None
     return raw.rstrip(b"\0").decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------
+# Labels the module and the hook use, and checks on bind-mount sources.
+
+SHARED_FILE_TYPE = "container_ro_file_t"
+DEVICE_TYPE = "ocihook_device_t"
+SHARED_FILE_CONTEXT = f"system_u:object_r:{SHARED_FILE_TYPE}:s0"
+DEVICE_CONTEXT = f"system_u:object_r:{DEVICE_TYPE}:s0"
+
+# File types that every container domain may read, map and execute, in both
+# container-selinux (Fedora, RHEL) and refpolicy's container module (Debian):
+# container_ro_file_t by the container policies; lib_t, ld_so_t and textrel_shlib_t by
+# libs_use_shared_libs(domain) in both base policies. usr_t, bin_t and etc_t are readable
+# only under refpolicy, so they are not here. Aliases as the policies declare them.
+SHARED_READ_TYPES = frozenset(
+    {
+        "container_ro_file_t",
+        "container_share_t",
+        "docker_share_t",
+        "lib_t",
+        "ld_so_t",
+        "textrel_shlib_t",
+    }
+)
+# Read-write for every container, but only at s0 without categories.
+CONTAINER_FILE_TYPES = frozenset({"container_file_t", "svirt_lxc_file_t", "svirt_sandbox_file_t"})
+
+
+def split_context(context: str) -> tuple[str, str, str, str]:
+    """(user, role, type, level) of a context; level is "" when the policy has no MLS/MCS."""
+    parts = context.strip().rstrip("\0").split(":", 3)
+    if len(parts) < 3 or not all(parts[:3]):
+        raise ValueError(f"not an SELinux context: {context!r}")
+    return parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else ""
+
+
+def container_file_label(mount_label: str) -> str:
+    """The label for files the hook creates inside a container (`linux.mountLabel`).
+
+    An object label (role object_r) is returned unchanged. A process label (e.g. the
+    `process.selinuxLabel` `system_u:system_r:container_t:s0:c1,c2`) becomes the matching
+    file label `system_u:object_r:container_file_t:s0:c1,c2`, as container engines do.
+    """
+    user, role, type_, level = split_context(mount_label)
+    if role == "object_r":
+        return mount_label.strip()
+    label = f"{user}:object_r:container_file_t"
+    return f"{label}:{level}" if level else label
+
+
+def _no_categories(level: str) -> bool:
+    return all(":" not in part for part in level.split("-"))
+
+
+def source_label_problem(path: str, context: str | None) -> str | None:
+    """One line saying why no container domain can read bind-mount source `path`, or None.
+
+    `context` is the source's label (None: unlabeled). Fine are the types in
+    SHARED_READ_TYPES at any level without categories, and container_file_t at s0 without
+    categories. Anything else gets the file, its label and the fix command.
+    """
+    directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    fix = f"run: ocihook selinux relabel {directory}"
+    if not context:
+        return f"{path} has no SELinux label, containers cannot read it; {fix}"
+    try:
+        _user, _role, type_, level = split_context(context)
+    except ValueError:
+        return f"{path} has an invalid SELinux label {context!r}; {fix}"
+    if type_ in SHARED_READ_TYPES and _no_categories(level):
+        return None
+    if type_ in CONTAINER_FILE_TYPES:
+        if level in ("", "s0"):
+            return None
+        return (
+            f"{path} is labelled {context}: only the container with categories {level} "
+            f"can read it; {fix}"
+        )
+    return f"{path} is labelled {context}, which containers cannot read; {fix}"

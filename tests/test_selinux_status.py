@@ -1,0 +1,64 @@
+"""`ocihook selinux status` on this machine (no SELinux LSM running)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from ocihook.selinux.cli import selinux as selinux_cli
+from ocihook.selinux.label import SHARED_FILE_CONTEXT, XATTR, selinux_enabled
+from ocihook.selinux.relabel import relabel
+from ocihook.selinux.status import BOOLEANS, collect, selinux_mode
+
+
+def test_mode_matches_the_kernel() -> None:
+    assert (selinux_mode() == "disabled") is (not selinux_enabled())
+    assert selinux_mode() == "disabled"  # this machine and CI: no SELinux LSM
+
+
+def test_status_text_says_selinux_is_off() -> None:
+    result = CliRunner().invoke(selinux_cli, ["status"])
+    assert result.exit_code == 0, result.output
+    assert "SELinux: disabled" in result.output
+    assert "SELinux is disabled" in result.output
+    for name in BOOLEANS:
+        assert f"{name} = unknown" in result.output
+
+
+def test_status_json_reports_mislabelled_source(tmp_path) -> None:
+    tree = tmp_path / "driver"
+    (tree / "lib").mkdir(parents=True)
+    for i in range(5):
+        (tree / "lib" / f"lib{i}.so").write_text("")
+    os.setxattr(tree / "lib" / "lib0.so", XATTR, b"system_u:object_r:user_home_t:s0\0")
+    result = CliRunner().invoke(
+        selinux_cli, ["status", "--source", str(tree), "--json", "--limit", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["selinux"] == "disabled"
+    assert set(data["booleans"]) == set(BOOLEANS)
+    assert all(value is None for value in data["booleans"].values())
+    assert data["mislabelled_total"] == 7  # 2 dirs + 5 files
+    assert len(data["mislabelled"]) == 2
+    assert any(f"ocihook selinux relabel {tree}" in note for note in data["notes"])
+
+    relabel([str(tree)])
+    after = collect(source=str(tree))
+    assert after.mislabelled_total == 0 and after.checked == 7
+    assert os.getxattr(tree / "lib" / "lib0.so", XATTR).rstrip(b"\0").decode() == (
+        SHARED_FILE_CONTEXT
+    )
+
+
+def test_status_finds_device_nodes(tmp_path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    os.mknod(dev / "synth0", 0o600 | 0o020000, os.makedev(10, 237))
+    (dev / "null-ish").write_text("")
+    status = collect(dev=str(dev))
+    assert status.devices == [str(dev / "synth0")]
+    assert status.mislabelled_total == 1
+    assert status.mislabelled[0].expected.endswith(":ocihook_device_t:s0")
