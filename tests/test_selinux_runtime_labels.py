@@ -1,0 +1,107 @@
+"""Run-time labels in a real podman + runc container.
+
+Stand-in named here: no SELinux LSM runs on this machine, so podman puts no
+linux.mountLabel in config.json; hooks.d points at tests/support/hook_with_label.py, which
+hands the real hook a copy of config.json with the label an SELinux host's podman sets.
+The labels themselves are real `security.selinux` xattrs, read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ocihook.selinux.label import get_label
+from ocihook.selinux.relabel import relabel
+from tests.conftest import base_config
+from tests.support import podman, synthetic
+
+WRAPPER = Path(__file__).parent / "support/hook_with_label.py"
+MOUNT_LABEL = "system_u:object_r:container_file_t:s0:c12,c34"
+SHARED = "system_u:object_r:container_ro_file_t:s0"
+
+
+def _label_hooks_dir(hook_setup) -> Path:
+    """hooks.d pointing at the wrapper, which runs the real hook with the mount label."""
+    hooks_dir = podman.write_hooks_dir(
+        hook_setup.dir / "label-hooks.d",
+        Path(sys.executable),
+        hook_setup.config,
+        hook_setup.cache_dir,
+    )
+    document = json.loads((hooks_dir / "ocihook.json").read_text())
+    document["hook"]["args"] = [
+        "python3",
+        str(WRAPPER),
+        str(hook_setup.hook),
+        MOUNT_LABEL,
+        *document["hook"]["args"][1:],
+    ]
+    (hooks_dir / "ocihook.json").write_text(json.dumps(document))
+    return hooks_dir
+
+
+def test_created_files_links_and_nodes_carry_the_mount_label(
+    hook_setup, synth_root, tmp_path, image_busybox
+):
+    driver = synthetic.build_driver(tmp_path / "driver")
+    relabel([str(driver)])
+    hook_setup.write_config(
+        **base_config(
+            hook_setup.dir,
+            driver,
+            source_root=str(driver),
+            device_root=str(driver),
+            selinux={"mode": "enabled"},
+        )
+    )
+    name = "ocihook-label-test"
+    result = podman.run(
+        image_busybox,
+        ["/bin/sleep", "60"],
+        hooks_dir=_label_hooks_dir(hook_setup),
+        devices="0",
+        extra=["-d", "--name", name],
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        pid = subprocess.run(
+            ["podman", "inspect", "-f", "{{.State.Pid}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        root = Path(f"/proc/{pid}/root")
+        record = json.loads(hook_setup.records()[0].read_text())
+        assert record["mount_label"] == MOUNT_LABEL
+        assert record["file_label"] == MOUNT_LABEL
+        created = [
+            "/usr/lib",
+            "/dev/synth0",
+            "/dev/synthctl",
+            "/usr/lib/libsynth.so.1",
+            "/lib",
+            "/lib/firmware",
+            "/lib/firmware/synth/1.2.3",
+        ]
+        for path in created:
+            assert get_label(str(root) + path) == MOUNT_LABEL, path
+        assert os.path.islink(str(root) + "/usr/lib/libsynth.so.1")
+        # Bind-mounted driver files keep the shared label of their source.
+        assert get_label(str(root) + "/usr/lib/libsynth.so.1.2.3", True) == SHARED
+        assert all(m["label"] == SHARED for m in record["mounts"])
+    finally:
+        podman.remove(name)
+
+
+def test_unlabelled_source_is_refused_with_the_fix(hook_setup, synth_root, image_busybox):
+    hook_setup.write_config(**base_config(hook_setup.dir, synth_root, selinux={"mode": "enabled"}))
+    result = podman.run(
+        image_busybox, ["/bin/true"], hooks_dir=_label_hooks_dir(hook_setup), devices="0"
+    )
+    assert result.returncode != 0
+    assert "ocihook selinux relabel" in result.stderr, result.stderr
+    assert str(synth_root) in result.stderr
