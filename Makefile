@@ -35,5 +35,8 @@ format: venv
 bench: venv
 	$(VPY) bench/run.py
 
+selinux:
+	$(MAKE) -C selinux
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
