@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +17,15 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
 
 
-# podman bind-mounts its storage dir onto itself and unmounts it again as images come and go.
+# podman bind-mounts its storage dir onto itself and unmounts it again as images come and go,
+# and mounts each container's root (overlay/<id>/merged) and shm (userdata/shm) on the host
+# while it exists: those come and go with containers of other test runs on the machine.
+# Anything mounted *below* a container's root on the host would be a leak and still counts.
 PODMAN_STORAGE_MOUNT = "/var/lib/containers/storage/overlay"
+PODMAN_CONTAINER_MOUNT = re.compile(
+    r"^/var/lib/containers/storage/(overlay/[0-9a-f]{64}/merged|"
+    r"overlay-containers/[0-9a-f]{64}/userdata/shm)$"
+)
 
 
 def mount_table() -> list[str]:
@@ -26,7 +34,7 @@ def mount_table() -> list[str]:
     with open("/proc/self/mountinfo") as mountinfo:
         for line in mountinfo:
             fields = line.split()
-            if fields[4] == PODMAN_STORAGE_MOUNT:
+            if fields[4] == PODMAN_STORAGE_MOUNT or PODMAN_CONTAINER_MOUNT.match(fields[4]):
                 continue
             sep = fields.index("-")
             rows.append(f"{fields[4]} {fields[sep + 1]} {fields[sep + 2]} {fields[3]}")
