@@ -278,12 +278,15 @@ def test_installed_files(installed):
 
 
 # Runs in a private mount namespace (the host's mounts never change): the scratch root's /usr
-# and /etc lie over the host's (read-only overlays, scratch first), the test config replaces
-# /etc/ocihook/config.yaml, and a tmpfs on /run/ocihook takes the hook's config cache.
+# and /etc lie over the host's (overlays, scratch first; /usr read-only, /etc with a scratch
+# upper dir for podman's lock files), the test config replaces /etc/ocihook/config.yaml, and
+# a tmpfs on /run/ocihook takes the hook's config cache.
 NAMESPACE_SCRIPT = r"""
 set -eu
 mount -t overlay ocihook-rpm-usr -o "lowerdir=$ROOT/usr:/usr" /usr
-mount -t overlay ocihook-rpm-etc -o "lowerdir=$ROOT/etc:/etc" /etc
+mkdir "$SCRATCH/etc-upper" "$SCRATCH/etc-work"
+mount -t overlay ocihook-rpm-etc \
+    -o "lowerdir=$ROOT/etc:/etc,upperdir=$SCRATCH/etc-upper,workdir=$SCRATCH/etc-work" /etc
 mount --bind "$CONFIG" /etc/ocihook/config.yaml
 mount -t tmpfs -o mode=0700 ocihook-rpm-run /run/ocihook
 echo "module: $(/usr/bin/python3 -I -c 'import ocihook; print(ocihook.__file__)')"
@@ -326,7 +329,7 @@ def test_installed_hook_injects_driver_into_podman_container(
         result = run(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c"]
             + [NAMESPACE_SCRIPT, "ocihook-rpm-test", *command],
-            env={**os.environ, "ROOT": str(root), "CONFIG": str(config)},
+            env={**os.environ, "ROOT": str(root), "CONFIG": str(config), "SCRATCH": str(tmp_path)},
             timeout=180,
         )
     finally:
