@@ -1,0 +1,362 @@
+"""The RPMs (issue 6): `make rpm` from a clean checkout with the real rpmbuild, what the
+packages hold (files, modes, config flags, dependencies), rpmlint, and the installed hook,
+registered by the installed hooks.d file, injecting the synthetic driver into a real
+podman + runc container.
+
+The packages install into a scratch root (`rpm --root`). The installed files name absolute
+host paths (/usr/libexec/ocihook/ocihook-hook, /etc/ocihook/config.yaml, and the hook's
+`#!/usr/bin/python3 -I` only searches the host's site dirs), so podman runs in a private
+mount namespace (`unshare --mount --propagation private`) where read-only overlays put the
+scratch root's /usr and /etc over the host's. The host's mount table is untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import podman
+
+REPO = Path(__file__).resolve().parent.parent
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"$', (REPO / "ocihook/__init__.py").read_text(), re.M
+).group(1)
+RELEASE = "1"
+HOST_PYTHON = "/usr/bin/python3"
+SITELIB = "/usr/lib/python3/dist-packages"  # Debian's: where the fallback installs
+PYTAG = "cpython-{}{}".format(
+    *subprocess.run(
+        [HOST_PYTHON, "-c", "import sys; print(*sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+)
+MAIN_REQUIRES = {
+    "python3",
+    "python3-click",
+    "python3-pyyaml",
+    "python3-jsonschema",
+    "python3-libselinux",
+    "python3-prctl",
+}
+
+
+@dataclass
+class Build:
+    source: Path  # the clean checkout it was built from
+    topdir: Path
+    seconds: float
+
+    @property
+    def main(self) -> Path:
+        return self.topdir / f"RPMS/noarch/ocihook-{VERSION}-{RELEASE}.noarch.rpm"
+
+    @property
+    def selinux(self) -> Path:
+        return self.topdir / f"RPMS/noarch/ocihook-selinux-{VERSION}-{RELEASE}.noarch.rpm"
+
+    @property
+    def srpm(self) -> Path:
+        return self.topdir / f"SRPMS/ocihook-{VERSION}-{RELEASE}.src.rpm"
+
+
+def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, **kwargs)
+
+
+def query(rpm_file: Path, *args: str) -> list[str]:
+    result = run(["rpm", "-qp", *args, str(rpm_file)], check=True)
+    return result.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Build:
+    """`make rpm` in a clone of this checkout's HEAD: uncommitted files cannot leak in."""
+    source = tmp_path_factory.mktemp("rpm") / "ocihook"
+    head = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True).stdout.strip()
+    run(["git", "clone", "-q", "--no-checkout", str(REPO), str(source)], check=True)
+    run(["git", "-C", str(source), "checkout", "-q", head], check=True)
+    # The top-level Makefile includes the fragment; before that merge, name both files.
+    included = "packaging/Makefile.rpm.mk" in (source / "Makefile").read_text()
+    target = ["rpm"] if included else ["-f", "Makefile", "-f", "packaging/Makefile.rpm.mk", "rpm"]
+    start = time.monotonic()
+    result = run(["make", "-C", str(source), *target], timeout=600)
+    seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
+    print(f"make rpm: {seconds:.1f} s", file=sys.stderr)
+    return Build(source=source, topdir=source / "build/rpm", seconds=seconds)
+
+
+def test_make_rpm_builds_srpm_and_both_noarch_rpms(build):
+    built = sorted(p.relative_to(build.topdir) for p in build.topdir.glob("*RPMS/**/*.rpm"))
+    assert built == sorted(
+        p.relative_to(build.topdir) for p in (build.main, build.selinux, build.srpm)
+    )
+    assert query(build.srpm, "-l") == [f"ocihook-{VERSION}.tar.gz", "ocihook.spec"]
+    assert query(build.main, "--qf", "%{VERSION}-%{RELEASE} %{ARCH} %{LICENSE}") == [
+        f"{VERSION}-{RELEASE} noarch Apache-2.0"
+    ]
+
+
+def expected_main_files(source: Path) -> set[str]:
+    package = run(["git", "-C", str(source), "ls-files", "ocihook"], check=True).stdout.split()
+    files = {"/usr/bin/ocihook"}
+    dirs = {f"{SITELIB}/ocihook"}
+    for name in package:
+        path = Path(name)
+        files.add(f"{SITELIB}/{name}")
+        for parent in path.parents:
+            if parent != Path("."):
+                dirs.add(f"{SITELIB}/{parent}")
+        if path.suffix == ".py":
+            dirs.add(f"{SITELIB}/{path.parent}/__pycache__")
+            files.add(f"{SITELIB}/{path.parent}/__pycache__/{path.stem}.{PYTAG}.pyc")
+    info = f"{SITELIB}/ocihook-{VERSION}.dist-info"
+    dirs.add(info)
+    for name in ("INSTALLER", "LICENSE", "METADATA", "RECORD", "WHEEL", "entry_points.txt"):
+        files.add(f"{info}/{name}")
+    files.add(f"{info}/top_level.txt")
+    profiles = sorted((source / "packaging/profiles").glob("*.yaml"))
+    assert profiles, "no profiles to ship"
+    files |= {f"/usr/share/ocihook/profiles/{p.name}" for p in profiles}
+    files |= {
+        "/usr/libexec/ocihook/ocihook-hook",
+        "/usr/share/containers/oci/hooks.d/ocihook.json",
+        "/usr/share/ocihook/examples/ocihook-env.json",
+        "/etc/ocihook/config.yaml",
+        "/usr/share/man/man1/ocihook.1.gz",
+        "/usr/lib/tmpfiles.d/ocihook.conf",
+        f"/usr/share/doc/ocihook-{VERSION}/README.md",
+        f"/usr/share/licenses/ocihook-{VERSION}/LICENSE",
+    }
+    dirs |= {
+        "/usr/libexec/ocihook",
+        "/usr/share/containers",
+        "/usr/share/containers/oci",
+        "/usr/share/containers/oci/hooks.d",
+        "/etc/ocihook",
+        "/etc/ocihook/profiles",
+        "/usr/share/ocihook",
+        "/usr/share/ocihook/profiles",
+        "/usr/share/ocihook/examples",
+        "/run/ocihook",
+        f"/usr/share/doc/ocihook-{VERSION}",
+        f"/usr/share/licenses/ocihook-{VERSION}",
+    }
+    return files | dirs
+
+
+def test_main_rpm_lists_exactly_the_expected_files(build):
+    assert set(query(build.main, "-l")) == expected_main_files(build.source)
+
+
+def test_selinux_rpm_lists_exactly_the_module_and_license(build):
+    assert set(query(build.selinux, "-l")) == {
+        "/usr/share/selinux/packages/ocihook.pp",
+        f"/usr/share/licenses/ocihook-selinux-{VERSION}",
+        f"/usr/share/licenses/ocihook-selinux-{VERSION}/LICENSE",
+    }
+
+
+def file_table(rpm_file: Path) -> dict[str, tuple[str, str]]:
+    rows = query(rpm_file, "--qf", "[%{FILENAMES} %{FILEMODES:octal} %{FILEFLAGS:fflags}\n]")
+    table = {}
+    for row in rows:
+        name, mode, *flags = row.split(" ")
+        table[name] = (mode, "".join(flags))
+    return table
+
+
+def test_modes_and_flags(build):
+    table = file_table(build.main)
+    assert table["/usr/libexec/ocihook/ocihook-hook"] == ("100755", "")
+    assert table["/usr/bin/ocihook"] == ("100755", "")
+    mode, flags = table["/etc/ocihook/config.yaml"]
+    assert mode == "100644" and "c" in flags and "n" in flags  # %config(noreplace)
+    assert table["/usr/share/containers/oci/hooks.d/ocihook.json"] == ("100644", "")
+    assert table["/etc/ocihook/profiles"] == ("40755", "")
+    assert table["/run/ocihook"] == ("40700", "g")  # %ghost: made by tmpfiles.d and the hook
+    assert table[f"/usr/share/doc/ocihook-{VERSION}/README.md"] == ("100644", "d")
+    assert table[f"/usr/share/licenses/ocihook-{VERSION}/LICENSE"] == ("100644", "l")
+    assert table["/usr/share/man/man1/ocihook.1.gz"] == ("100644", "d")
+    for name, (mode, flags) in table.items():
+        if name.startswith(SITELIB) or name.startswith("/usr/share/ocihook/"):
+            assert mode in ("100644", "40755"), name
+            assert flags == "", name
+    assert file_table(build.selinux)["/usr/share/selinux/packages/ocihook.pp"] == ("100644", "")
+
+
+def test_requires(build):
+    names = {line.split(" ")[0] for line in query(build.main, "--requires")}
+    assert MAIN_REQUIRES <= names
+    assert "python(abi)" in names
+    assert "container-selinux" not in names
+    selinux = query(build.selinux, "--requires")
+    assert "container-selinux" in selinux
+    assert f"ocihook = {VERSION}-{RELEASE}" in selinux
+
+
+def test_selinux_scriptlets_load_and_remove_the_module_without_failing(build):
+    scripts = "\n".join(query(build.selinux, "--scripts"))
+    assert "semodule -i /usr/share/selinux/packages/ocihook.pp" in scripts
+    assert "semodule -r ocihook" in scripts
+    # Guarded: a host without the SELinux tools does not fail the transaction.
+    assert "[ -x /usr/sbin/semodule ]" in scripts
+
+
+def test_selinux_rpm_ships_a_policy_module_package(build, tmp_path):
+    extract_into(tmp_path, build.selinux)
+    module = tmp_path / "usr/share/selinux/packages/ocihook.pp"
+    assert module.read_bytes()[:4] == bytes.fromhex("8fff7cf9")  # SELinux module package magic
+
+
+def extract_into(root: Path, rpm_file: Path) -> None:
+    cpio = subprocess.run(["rpm2cpio", str(rpm_file)], capture_output=True, check=True).stdout
+    subprocess.run(["cpio", "-idm", "--quiet"], input=cpio, cwd=root, check=True)
+
+
+def test_rpmlint_reports_no_errors(build):
+    result = run(
+        [
+            "rpmlint",
+            "-r",
+            str(build.source / "packaging/ocihook.rpmlintrc"),
+            str(build.main),
+            str(build.selinux),
+            str(build.srpm),
+            str(build.source / "packaging/ocihook.spec"),
+        ]
+    )
+    summary = result.stdout.strip().splitlines()[-1]
+    print(result.stdout, file=sys.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " 0 errors," in summary, result.stdout
+
+
+def install(build: Build, root: Path) -> Path:
+    """Both RPMs installed into a scratch root (no RPM database of the host's packages here,
+    and no shell in the scratch root to run scriptlets in: --nodeps --noscripts)."""
+    root.mkdir(mode=0o755, exist_ok=True)
+    root.chmod(0o755)
+    result = run(
+        ["rpm", "--root", str(root), "--nodeps", "--noscripts", "-i"]
+        + [str(build.main), str(build.selinux)]
+    )
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def installed(build, tmp_path_factory) -> Path:
+    return install(build, tmp_path_factory.mktemp("rpmroot"))
+
+
+def test_installed_files(installed):
+    root = installed
+    assert (
+        (root / "usr/libexec/ocihook/ocihook-hook")
+        .read_text()
+        .startswith("#!/usr/bin/python3 -I\n")
+    )
+    assert os.access(root / "usr/libexec/ocihook/ocihook-hook", os.X_OK)
+    assert (root / "etc/ocihook/config.yaml").read_text() == (
+        REPO / "packaging/config.yaml"
+    ).read_text()
+    assert (root / "usr/share/selinux/packages/ocihook.pp").stat().st_size > 0
+    assert not (root / "usr/share/containers/oci/hooks.d/ocihook-env.json").exists()
+    assert (root / "usr/lib/tmpfiles.d/ocihook.conf").read_text().splitlines()[-1] == (
+        "d /run/ocihook 0700 root root -"
+    )
+
+
+# Runs in a private mount namespace (the host's mounts never change): the scratch root's /usr
+# and /etc lie over the host's (overlays, scratch first; /usr read-only, /etc with a scratch
+# upper dir for podman's lock files), the test config replaces /etc/ocihook/config.yaml, and
+# a tmpfs on /run/ocihook takes the hook's config cache.
+NAMESPACE_SCRIPT = r"""
+set -eu
+mount -t overlay ocihook-rpm-usr -o "lowerdir=$ROOT/usr:/usr" /usr
+mkdir "$SCRATCH/etc-upper" "$SCRATCH/etc-work"
+mount -t overlay ocihook-rpm-etc \
+    -o "lowerdir=$ROOT/etc:/etc,upperdir=$SCRATCH/etc-upper,workdir=$SCRATCH/etc-work" /etc
+mount --bind "$CONFIG" /etc/ocihook/config.yaml
+mount -t tmpfs -o mode=0700 ocihook-rpm-run /run/ocihook
+echo "module: $(/usr/bin/python3 -I -c 'import ocihook; print(ocihook.__file__)')"
+echo "command: $(ocihook --version)"
+exec "$@"
+"""
+
+
+def test_installed_hook_injects_driver_into_podman_container(
+    installed, synth_root, image_rhel, tmp_path
+):
+    root = installed
+    # The host's python cannot import ocihook: only the installed package can serve the hook.
+    assert run([HOST_PYTHON, "-I", "-c", "import ocihook"]).returncode != 0
+    tmp_path.chmod(0o755)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                # profile_dirs: the default, /etc/ocihook/profiles and the installed
+                # /usr/share/ocihook/profiles, which hold synthetic.yaml
+                "profile": "synthetic",
+                "source_root": str(synth_root),
+                "device_root": str(synth_root),
+                "state_dir": str(tmp_path / "state"),
+                "log": {"target": str(tmp_path / "ocihook.log"), "debug": True},
+            }
+        )
+    )
+    hooks_dir = root / "usr/share/containers/oci/hooks.d"
+    command = ["podman", "--runtime", "runc", "--hooks-dir", str(hooks_dir), "run"]
+    command += [*podman.RUN_FLAGS, "--annotation", f"{podman.ANNOTATION}=all"]
+    command += [image_rhel, "/usr/bin/synth-smi"]
+
+    # The tmpfs needs a mount point: /run/ocihook, as the package's tmpfiles.d makes it.
+    made_run_dir = not os.path.exists("/run/ocihook")
+    if made_run_dir:
+        os.mkdir("/run/ocihook", 0o700)
+    try:
+        result = run(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c"]
+            + [NAMESPACE_SCRIPT, "ocihook-rpm-test", *command],
+            env={**os.environ, "ROOT": str(root), "CONFIG": str(config), "SCRATCH": str(tmp_path)},
+            timeout=180,
+        )
+    finally:
+        if made_run_dir:
+            os.rmdir("/run/ocihook")
+    log = (tmp_path / "ocihook.log").read_text() if (tmp_path / "ocihook.log").exists() else ""
+    assert result.returncode == 0, result.stdout + result.stderr + log
+    assert f"module: {SITELIB}/ocihook/__init__.py" in result.stdout
+    assert f"command: ocihook, version {VERSION}" in result.stdout
+    assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in result.stdout
+    for node, (major, minor) in (("synth0", (10, 237)), ("synthctl", (10, 232))):
+        assert f"opened /dev/{node} ({major}:{minor}) read-write" in result.stdout
+    assert log, "the installed hook wrote no log"
+    # poststop ran too: the container's record is gone again.
+    assert list((tmp_path / "state").glob("*.json")) == []
+
+
+def test_rpm_erase_removes_every_installed_file(build, tmp_path):
+    root = install(build, tmp_path / "root")
+    owned = query(build.main, "-l") + query(build.selinux, "-l")
+    installed = {root / name.lstrip("/") for name in owned if name != "/run/ocihook"}
+    assert all(path.exists() for path in installed)
+    assert root / "usr/libexec/ocihook/ocihook-hook" in installed
+    result = run(
+        ["rpm", "--root", str(root), "--nodeps", "--noscripts", "-e"]
+        + ["ocihook-selinux", "ocihook"]
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p for p in installed if p.exists()) == []
