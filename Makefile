@@ -5,6 +5,8 @@ VPY    := $(VENV)/bin/python
 
 .PHONY: all deps venv test demo lint format bench rpm selinux clean
 
+include packaging/Makefile.rpm.mk
+
 all: test
 
 deps:
