@@ -10,6 +10,7 @@ rolls the container back to how it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import stat
@@ -80,7 +81,7 @@ def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
     try:
         for node in plan.devices:
             tree, st = _clone(
-                device_fd, node.host_path, linux.MOUNT_ATTR_NOSUID, f"device {node.host_path}"
+                device_fd, node.path, linux.MOUNT_ATTR_NOSUID, f"device {node.host_path}"
             )
             trees[node.path] = tree
             if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
@@ -206,6 +207,21 @@ class ContainerWriter:
         self.labelled: list[str] = []
         self._undo: list[Callable[[], None]] = []
 
+    @contextlib.contextmanager
+    def owner(self):
+        """Create files as the container's root: in a user namespace the container's own
+        tmpfs (/dev) cannot hold files owned by an unmapped uid such as the host's root."""
+        if not (self.uid or self.gid):
+            yield
+            return
+        old_gid = linux.setfsgid(self.gid)
+        old_uid = linux.setfsuid(self.uid)
+        try:
+            yield
+        finally:
+            linux.setfsuid(old_uid)
+            linux.setfsgid(old_gid)
+
     # -- helpers ---------------------------------------------------------
     def _parent(self, path: str) -> tuple[int, str]:
         parent, name = securepath.split(path)
@@ -225,8 +241,6 @@ class ContainerWriter:
         parent, name = securepath.split(path)
         parent_fd = securepath.resolve(self.root_fd, parent)
         try:
-            if self.uid or self.gid:
-                os.chown(name, self.uid, self.gid, dir_fd=parent_fd, follow_symlinks=False)
             if self.label:
                 set_label_at(parent_fd, name, self.label)
                 self.labelled.append(path)
@@ -284,7 +298,11 @@ class ContainerWriter:
             )
         return target
 
-    def attach(
+    def attach(self, *args, **kwargs) -> None:
+        with self.owner():
+            self._attach(*args, **kwargs)
+
+    def _attach(
         self,
         tree: int,
         path: str,
@@ -317,6 +335,10 @@ class ContainerWriter:
 
     # -- links and nodes -------------------------------------------------
     def link(self, link: Link) -> None:
+        with self.owner():
+            self._link(link)
+
+    def _link(self, link: Link) -> None:
         parent_fd, name = self._parent(link.target)
         try:
             try:

@@ -159,3 +159,12 @@ def setns(fd: int, nstype: int = 0) -> None:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setfsuid(uid: int) -> int:
+    """Set the filesystem uid; returns the previous one (the call cannot report errors)."""
+    return _libc.setfsuid(ctypes.c_uint(uid))
+
+
+def setfsgid(gid: int) -> int:
+    return _libc.setfsgid(ctypes.c_uint(gid))
