@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import stat
 from dataclasses import dataclass
 from typing import Callable
@@ -169,7 +168,7 @@ def _unescape(field: bytes) -> str:
 def detect_lib_dir(root_fd: int) -> str:
     """Where the image keeps its libraries: Debian multiarch, RHEL lib64, or plain lib."""
     candidates = []
-    triplet = _MULTIARCH.get(platform.machine())
+    triplet = _MULTIARCH.get(os.uname().machine)
     if triplet:
         candidates.append(f"/usr/lib/{triplet}")
     candidates += ["/usr/lib64", "/lib64"]

@@ -6,10 +6,8 @@ and mtime) it reads one small JSON file and imports neither PyYAML nor jsonschem
 
 from __future__ import annotations
 
-import copy
 import json
 import os
-import stat
 
 from ocihook import __version__
 from ocihook.errors import OcihookError
@@ -60,6 +58,8 @@ def _cache_path(cache_dir: str, config_path: str) -> str:
 
 def load_config(path: str = DEFAULT_CONFIG, cache_dir: str | None = DEFAULT_CACHE_DIR) -> dict:
     """The compiled config (defaults filled in, profile resolved and inlined)."""
+    # One spelling per file: the cache file is named by the absolute path, so its keys must be too.
+    path = os.path.abspath(path)
     key = _file_key(path)
     cache_file = _cache_path(cache_dir, path) if cache_dir else None
     if cache_file:
@@ -100,6 +100,8 @@ def _write_cache(cache_dir: str, cache_file: str, content: dict) -> None:
 
 
 def _read_yaml(path: str, what: str):
+    import stat
+
     import yaml
 
     try:
@@ -151,6 +153,8 @@ def _message(error) -> str:
 
 
 def _merge(defaults: dict, values: dict) -> dict:
+    import copy
+
     result = copy.deepcopy(defaults)
     for key, value in values.items():
         if isinstance(value, dict) and isinstance(result.get(key), dict):

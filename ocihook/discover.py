@@ -38,6 +38,14 @@ class Roots:
         # Canonical host paths of the roots, to turn kernel-resolved paths back into in-root ones.
         self.source_real = os.readlink(securepath.fd_path(self.source_fd))
         self.device_real = os.readlink(securepath.fd_path(self.device_fd))
+        self._listings: dict[tuple[int, str], _Dir] = {}
+
+    def listing(self, root_fd: int, path: str) -> _Dir:
+        """The directory `path` of the root `root_fd`, listed once per plan."""
+        key = (root_fd, path)
+        if key not in self._listings:
+            self._listings[key] = _Dir(root_fd, path)
+        return self._listings[key]
 
     def close(self) -> None:
         if self.device_fd != self.source_fd:
@@ -114,7 +122,7 @@ def _in_root(root: str, resolved_host_path: str) -> str:
 
 
 def _libraries(roots: Roots, profile: dict, lib_dir: str) -> tuple[list[Mount], list[Link]]:
-    dirs = [_Dir(roots.source_fd, d) for d in profile["library_dirs"]]
+    dirs = [roots.listing(roots.source_fd, d) for d in profile["library_dirs"]]
     mounts: dict[str, Mount] = {}
     links: list[Link] = []
     for pattern in profile["libraries"]:
@@ -164,7 +172,7 @@ def _glob_files(roots: Roots, pattern: str) -> list[tuple[str, os.stat_result]]:
     if _GLOB_CHARS.search(parent):
         raise OcihookError(f"profile: glob characters only in the last component: {pattern}")
     found = []
-    for match in _Dir(roots.source_fd, parent).match(name):
+    for match in roots.listing(roots.source_fd, parent).match(name):
         final = _final(roots.source_fd, f"{parent}/{match}")
         if final is not None:
             found.append((_in_root(roots.source_real, final[0]), final[1]))
@@ -176,7 +184,7 @@ def _driver_version(roots: Roots, profile: dict) -> str | None:
     if not spec:
         return None
     for directory in profile["library_dirs"]:
-        d = _Dir(roots.source_fd, directory)
+        d = roots.listing(roots.source_fd, directory)
         for name in d.match(spec["library"]):
             if stat.S_ISREG(d.entries[name].st_mode) and ".so." in name:
                 return name.split(".so.", 1)[1]
@@ -220,7 +228,7 @@ def device_indices(roots: Roots, node_pattern: str | None) -> dict[int, str]:
     parent, name = os.path.split(node_pattern)
     regex = re.compile("^" + re.escape(name).replace(re.escape("{index}"), r"(\d+)") + "$")
     result = {}
-    for entry in _Dir(roots.device_fd, parent).entries:
+    for entry in roots.listing(roots.device_fd, parent).entries:
         match = regex.match(entry)
         if match:
             result[int(match.group(1))] = f"{parent}/{entry}"

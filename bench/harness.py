@@ -1,0 +1,306 @@
+"""What the benchmarks run: an installed-like hook, drivers, and fresh fake containers.
+
+The hook is timed as the runtime runs it: the real executable (packaging/ocihook-hook)
+under `python3 -I`, the OCI state JSON on stdin, a real bundle with config.json. For
+injection it needs what runc has set up at createRuntime; `Sandbox` makes exactly that,
+fresh for every run (mounts would pile up otherwise):
+
+- a process in a private mount namespace in which an overlay of the image (fresh upper
+  dir) is mounted at the rootfs path, like runc's rootfs before pivot_root;
+- a cgroup v1 devices cgroup with that process in it, with runc's default device rules;
+- a bundle dir with a config.json naming that rootfs and cgroup.
+
+The process lives until the sandbox is closed; then the namespace and its mounts vanish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from ocihook import linux  # noqa: E402
+from tests.support import images, synthetic  # noqa: E402
+
+WORK = REPO / "build" / "bench"
+PROFILES = REPO / "packaging" / "profiles"
+CGROUP_V1_DEVICES = Path("/sys/fs/cgroup/devices")
+ANNOTATION = "ocihook.io/devices"
+# runc's default device rules (libcontainer/specconv AllowedDevices), written after "a" is denied.
+RUNC_DEFAULT_RULES = (
+    "c *:* m",
+    "b *:* m",
+    "c 1:3 rwm",
+    "c 1:5 rwm",
+    "c 1:7 rwm",
+    "c 1:8 rwm",
+    "c 1:9 rwm",
+    "c 5:0 rwm",
+    "c 5:1 rwm",
+    "c 5:2 rwm",
+    "c 136:* rwm",
+    "c 10:200 rwm",
+)
+
+
+class Install:
+    """A venv like an installed package: ocihook importable through a plain .pth (no editable
+    finder, no pip), its .pyc compiled first, and the hook executable with a `python3 -I`
+    shebang of that venv's interpreter."""
+
+    def __init__(self, work: Path = WORK) -> None:
+        self.dir = work / "venv"
+        self.python = self.dir / "bin" / "python3"
+        self.hook = work / "ocihook-hook"
+        if not self.python.exists():
+            subprocess.run(
+                ["/usr/bin/python3", "-m", "venv", "--system-site-packages", "--without-pip"]
+                + [str(self.dir)],
+                check=True,
+            )
+        site = subprocess.run(
+            [
+                str(self.python),
+                "-I",
+                "-c",
+                "import sysconfig; print(sysconfig.get_path('purelib'))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        Path(site, "ocihook-bench.pth").write_text(f"{REPO}\n")
+        # PYTHONDONTWRITEBYTECODE may be set here: compile explicitly, as a package install does.
+        subprocess.run(
+            [str(self.python), "-I", "-m", "compileall", "-q", str(REPO / "ocihook")], check=True
+        )
+        body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
+        self.hook.write_text(f"#!{self.python} -I\n{body}")
+        self.hook.chmod(0o755)
+
+    def floor_cmd(self) -> list[str]:
+        return [str(self.python), "-I", "-c", "pass"]
+
+
+class Driver:
+    """A synthetic driver under WORK/drivers/<name> and a config.yaml that uses it."""
+
+    def __init__(self, name: str, work: Path = WORK, **build) -> None:
+        self.name = name
+        self.root = work / "drivers" / name
+        shutil.rmtree(self.root, ignore_errors=True)
+        synthetic.build_driver(self.root, **build)
+        self.dir = work / "config" / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = self.dir / "state"
+        self.cache_dir = self.dir / "cache"
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.config = self.dir / "config.yaml"
+        config = {
+            "profile": "synthetic",
+            "profile_dirs": [str(PROFILES)],
+            "source_root": str(self.root),
+            "device_root": str(self.root),
+            "state_dir": str(self.state_dir),
+            "log": {"target": str(self.dir / "ocihook.log"), "debug": False},
+        }
+        self.config.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
+        self.libraries = sum(
+            1 for p in (self.root / synthetic.MULTIARCH).iterdir() if not p.is_symlink()
+        )
+
+    def hook_args(self) -> list[str]:
+        return ["--config", str(self.config), "--cache-dir", str(self.cache_dir)]
+
+    def record(self, container_id: str) -> dict:
+        return json.loads((self.state_dir / f"{container_id}.json").read_text())
+
+
+def full_driver(work: Path = WORK) -> Driver:
+    """Sized like a real driver: 50 libraries with soname links, 8 binaries, 4 firmware
+    files, 8 device nodes and 3 control nodes."""
+    return Driver(
+        "full",
+        work,
+        extra_libraries=48,
+        extra_binaries=7,
+        firmware=4,
+        devices={**synthetic.DEVICES, **synthetic.MORE_DEVICES},
+        control={**synthetic.CONTROL, **synthetic.MORE_CONTROL},
+    )
+
+
+def image_rootfs(work: Path = WORK) -> Path:
+    """A small glibc image of RHEL layout (busybox + glibc): the hook runs ldconfig in it."""
+    root = work / "image"
+    shutil.rmtree(root, ignore_errors=True)
+    return images.glibc_rootfs(root, "rhel")
+
+
+def state_json(container_id: str, pid: int, bundle: Path, status: str = "creating") -> bytes:
+    return json.dumps(
+        {
+            "ociVersion": "1.0.2",
+            "id": container_id,
+            "status": status,
+            "pid": pid,
+            "bundle": str(bundle),
+            "annotations": {},
+        }
+    ).encode()
+
+
+def bundle_config(rootfs: Path, annotations: dict, cgroups_path: str | None) -> dict:
+    linux_section: dict = {
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+    }
+    if cgroups_path:
+        linux_section["cgroupsPath"] = cgroups_path
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "args": ["/bin/true"],
+            "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
+            "cwd": "/",
+        },
+        "root": {"path": str(rootfs)},
+        "annotations": annotations,
+        "linux": linux_section,
+    }
+
+
+def static_bundle(work: Path = WORK) -> Path:
+    """A bundle whose config.json asks for nothing (the no-request case)."""
+    bundle = work / "bundle-none"
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / "rootfs").mkdir(exist_ok=True)
+    config = bundle_config(bundle / "rootfs", {"org.opencontainers.image.os": "linux"}, None)
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def _v1_write(cgroup: Path, name: str, line: str) -> None:
+    fd = os.open(cgroup / name, os.O_WRONLY)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class Sandbox:
+    """One fresh fake container at runc's createRuntime point (see the module docstring)."""
+
+    counter = 0
+
+    def __init__(self, image: Path, annotations: dict, work: Path = WORK) -> None:
+        if not (CGROUP_V1_DEVICES / "devices.allow").exists():
+            raise RuntimeError(
+                "the hook benchmarks need a cgroup v1 devices controller at "
+                f"{CGROUP_V1_DEVICES} (this host has none)"
+            )
+        Sandbox.counter += 1
+        self.id = f"bench-{os.getpid()}-{Sandbox.counter}"
+        self.dir = work / "sandboxes" / self.id
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for sub in ("upper", "work", "rootfs", "bundle"):
+            (self.dir / sub).mkdir(parents=True)
+        self.rootfs = self.dir / "rootfs"
+        self.bundle = self.dir / "bundle"
+        self.cgroups_path = f"/ocihook-bench/{self.id}"
+        self.cgroup = CGROUP_V1_DEVICES / self.cgroups_path.lstrip("/")
+        self.cgroup.mkdir(parents=True)
+        _v1_write(self.cgroup, "devices.deny", "a")
+        for rule in RUNC_DEFAULT_RULES:
+            _v1_write(self.cgroup, "devices.allow", rule)
+        config = bundle_config(self.rootfs, annotations, self.cgroups_path)
+        (self.bundle / "config.json").write_text(json.dumps(config))
+        self.pid = 0
+        self._start(image)
+
+    def _start(self, image: Path) -> None:
+        ready_r, ready_w = os.pipe()
+        hold_r, hold_w = os.pipe()
+        options = f"lowerdir={image},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}"
+        pid = os.fork()
+        if pid == 0:  # the "container": never returns
+            status = 1
+            try:
+                os.close(ready_r)
+                os.close(hold_w)
+                linux.unshare(linux.CLONE_NEWNS)
+                linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+                linux.mount("overlay", str(self.rootfs), "overlay", 0, options)
+                os.write(ready_w, b"ok")
+                os.close(ready_w)
+                os.read(hold_r, 1)  # until the sandbox is closed
+                status = 0
+            except BaseException as error:  # report to the parent, never return into it
+                try:
+                    os.write(ready_w, f"error: {error}".encode()[:500])
+                except OSError:
+                    pass
+            finally:
+                os._exit(status)
+        os.close(ready_w)
+        os.close(hold_r)
+        self.pid = pid
+        self._hold = hold_w
+        try:
+            _v1_write(self.cgroup, "cgroup.procs", str(pid))
+            answer = os.read(ready_r, 512)
+        finally:
+            os.close(ready_r)
+        if answer != b"ok":
+            self.close()
+            raise RuntimeError(f"sandbox {self.id}: {answer.decode(errors='replace') or 'died'}")
+
+    def state(self) -> bytes:
+        return state_json(self.id, self.pid, self.bundle)
+
+    def close(self) -> None:
+        if self.pid:
+            os.close(self._hold)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+        for _ in range(100):
+            try:
+                self.cgroup.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_hook(install: Install, driver: Driver | None, state: bytes, args=None) -> float:
+    """Run the hook executable once; seconds of wall time. Raises on a non-zero exit."""
+    cmd = [str(install.hook), *(args if args is not None else driver.hook_args())]
+    return timed(cmd, state)
+
+
+def timed(cmd: list[str], stdin: bytes | None = None, timeout: float = 120) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd[:4])}... exited {result.returncode}: "
+            f"{(result.stderr or result.stdout).decode(errors='replace').strip()[-400:]}"
+        )
+    return elapsed

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""make bench: how much the hook costs, as a process and at container start.
+
+Every figure is the median of interleaved runs (A B C A B C ...) with min and max; every
+ratio is computed from medians measured in the same interleaved group. Writes a table to
+stdout and JSON to bench/results/latest.json (or --out). Needs root, podman + runc and a
+cgroup v1 devices controller (see bench/harness.py). --quick: few runs, small sizes (tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bench import harness as h  # noqa: E402
+from tests.support import images, podman  # noqa: E402
+
+RESULTS = HERE / "results"
+IMAGE_NAME = "ocihook-bench"
+
+# name -> (group, label)
+ROWS = {
+    "floor": ("hook", "interpreter floor: python3 -I -c pass"),
+    "hook_none": ("hook", "hook, container asks for nothing"),
+    "hook_full": ("hook", "hook, full synthetic driver injected"),
+    "start_plain": ("start", "podman run --rm, no injection"),
+    "start_flags": ("start", "podman run --rm, same files as -v/--device"),
+    "start_hook": ("start", "podman run --rm, hook (annotation)"),
+}
+TARGETS = {
+    "hook_none/floor": 1.3,
+    "hook_full/floor": 2.0,
+    "start_hook/start_flags": 1.15,
+}
+MODES = {
+    "full": {
+        "hook_rounds": 20,
+        "start_rounds": 10,
+        "scale_rounds": 5,
+        "sizes": (10, 100, 400, 1000),
+    },
+    "quick": {"hook_rounds": 4, "start_rounds": 2, "scale_rounds": 2, "sizes": (10, 30, 100)},
+}
+
+
+def summary(samples: list[float]) -> dict:
+    ms = [s * 1000 for s in samples]
+    return {
+        "n": len(ms),
+        "median_ms": statistics.median(ms),
+        "min_ms": min(ms),
+        "max_ms": max(ms),
+        "samples_ms": [round(x, 3) for x in ms],
+    }
+
+
+def interleaved(runners: dict, rounds: int) -> dict[str, list[float]]:
+    """Each runner once per round, in order, after one untimed warm-up run of each."""
+    for run in runners.values():
+        run()
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            samples[name].append(run())
+    return samples
+
+
+def sandbox_runner(install, driver, image):
+    def run() -> float:
+        with h.Sandbox(image, {h.ANNOTATION: "all"}) as sandbox:
+            return h.run_hook(install, driver, sandbox.state())
+
+    return run
+
+
+def check_injection(install, driver, image) -> dict:
+    """One run, checked: what the hook put into the container (from its record)."""
+    with h.Sandbox(image, {h.ANNOTATION: "all"}) as sandbox:
+        h.run_hook(install, driver, sandbox.state())
+        record = driver.record(sandbox.id)
+    return {
+        "library_files": driver.libraries,
+        "mounts": len(record["mounts"]),
+        "links": len(record["links"]),
+        "devices": len(record["devices"]),
+        "ld_dirs": record["ld_dirs"],
+    }
+
+
+def hook_group(install, driver, image, rounds: int) -> tuple[dict, dict]:
+    bundle = h.static_bundle()
+    none_state = h.state_json("bench-none", os.getpid(), bundle)
+    runners = {
+        "floor": lambda: h.timed(install.floor_cmd(), none_state),
+        "hook_none": lambda: h.run_hook(install, driver, none_state),
+        "hook_full": sandbox_runner(install, driver, image),
+    }
+    info = {"hook_full": check_injection(install, driver, image)}
+    return interleaved(runners, rounds), info
+
+
+def start_group(install, driver, image_root: Path, rounds: int) -> tuple[dict, dict]:
+    image = images.import_image(image_root, IMAGE_NAME)
+    hooks_dir = podman.write_hooks_dir(
+        h.WORK / "hooks.d", install.hook, driver.config, driver.cache_dir
+    )
+    probe = podman.run(image, ["/bin/true"], hooks_dir=hooks_dir, devices="all")
+    if probe.returncode != 0:
+        raise RuntimeError(f"podman run with the hook failed: {probe.stderr.strip()[-400:]}")
+    # The runtime-flags variant gets exactly what the hook injects, from a hook record
+    # (podman's poststop run of the hook removes the record of a podman container).
+    with h.Sandbox(image_root, {h.ANNOTATION: "all"}) as sandbox:
+        h.run_hook(install, driver, sandbox.state())
+        record = driver.record(sandbox.id)
+    flags: list[str] = []
+    for mount in record["mounts"]:
+        flags += ["-v", f"{mount['source']}:{mount['target']}:ro"]
+    for device in record["devices"]:
+        flags += ["--device", f"{device['host_path']}:{device['path']}:rw"]
+
+    def start(devices=None, extra=None):
+        def run() -> float:
+            t0 = time.perf_counter()
+            result = podman.run(
+                image, ["/bin/true"], hooks_dir=hooks_dir, devices=devices, extra=extra
+            )
+            elapsed = time.perf_counter() - t0
+            if result.returncode != 0:
+                raise RuntimeError(f"podman run failed: {result.stderr.strip()[-400:]}")
+            return elapsed
+
+        return run
+
+    runners = {
+        "start_plain": start(),
+        "start_flags": start(extra=flags),
+        "start_hook": start(devices="all"),
+    }
+    info = {"start_flags": {"volumes": len(record["mounts"]), "devices": len(record["devices"])}}
+    return interleaved(runners, rounds), info
+
+
+def scale_group(install, image, sizes, rounds: int) -> tuple[dict, dict]:
+    """A size whose checked run fails is left out of the timing, its error kept."""
+    runners, info = {}, {}
+    for size in sizes:
+        driver = h.Driver(f"libs{size}", extra_libraries=size - 2)
+        try:
+            info[f"scale_{size}"] = check_injection(install, driver, image)
+        except RuntimeError as error:
+            info[f"scale_{size}_error"] = {"library_files": size, "error": str(error)[-300:]}
+            continue
+        runners[f"scale_{size}"] = sandbox_runner(install, driver, image)
+    return interleaved(runners, rounds), info
+
+
+def machine() -> dict:
+    def out(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return None
+
+    return {
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": out(
+            [
+                str(h.WORK / "venv/bin/python3"),
+                "-I",
+                "-c",
+                "import sys; print(sys.version.split()[0])",
+            ]
+        ),
+        "podman": out(["podman", "--version"]),
+        "runc": (out(["runc", "--version"]) or "").splitlines()[:1],
+        "load_before": os.getloadavg(),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few runs, small sizes (tests)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("--only", choices=("hook", "start", "scale"), action="append")
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    params = MODES[mode]
+    groups = args.only or ["hook", "start", "scale"]
+    started = time.time()
+
+    install = h.Install()  # venv + .pth, compileall of ocihook, hook executable
+    image = h.image_rootfs()
+    driver = h.full_driver()
+    info = {"machine": machine(), "mode": mode, "params": dict(params, sizes=list(params["sizes"]))}
+    samples: dict[str, list[float]] = {}
+    details: dict = {}
+    if "hook" in groups:
+        s, d = hook_group(install, driver, image, params["hook_rounds"])
+        samples.update(s), details.update(d)
+    if "start" in groups:
+        s, d = start_group(install, driver, image, params["start_rounds"])
+        samples.update(s), details.update(d)
+    if "scale" in groups:
+        s, d = scale_group(install, image, params["sizes"], params["scale_rounds"])
+        samples.update(s), details.update(d)
+
+    rows = {}
+    for name, values in samples.items():
+        if name in ROWS:
+            group, label = ROWS[name]
+        else:
+            group, label = "scale", f"hook, {name.split('_')[1]} library files"
+        rows[name] = {"group": group, "label": label, **summary(values), **details.get(name, {})}
+    ratios = {}
+    pairs = [tuple(key.split("/")) for key in TARGETS]
+    sizes = params["sizes"]
+    scaled = [n for n in sizes if f"scale_{n}" in rows]
+    if len(scaled) >= 2:  # the largest size that ran over the largest size <= 1/4 of it
+        top = scaled[-1]
+        base = max([n for n in scaled[:-1] if n * 4 <= top] or [scaled[-2]])
+        pairs.append((f"scale_{top}", f"scale_{base}"))
+    for num, den in pairs:
+        if num in rows and den in rows:
+            key = f"{num}/{den}"
+            if num.startswith("scale_"):  # linear growth: files ratio
+                target = int(num.split("_")[1]) / int(den.split("_")[1])
+            else:
+                target = TARGETS[key]
+            value = rows[num]["median_ms"] / rows[den]["median_ms"]
+            ratios[key] = {"value": value, "target": target, "met": value <= target}
+    errors = {k: v for k, v in details.items() if k.endswith("_error")}
+    result = {
+        **info,
+        "elapsed_s": round(time.time() - started, 1),
+        "notes": [
+            "hook rows: the real executable (packaging/ocihook-hook) under the bench venv's "
+            "python3 -I with ocihook importable through a plain .pth and compiled .pyc "
+            "(compileall before the runs); state JSON on stdin; wall time of the process",
+            "hook_full and scale rows: a fresh fake container per run (private mount ns with "
+            "an overlay rootfs, a v1 devices cgroup with runc's default rules), see harness.py",
+            "start_flags passes the hook's mounts and devices as -v/--device; no soname links, "
+            "no ldconfig",
+        ],
+        "rows": rows,
+        "ratios": ratios,
+        "errors": errors,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(table(result))
+    for name, error in errors.items():
+        print(f"\nFAILED {name}: {error['error']}")
+    print(f"\nJSON: {args.out}  ({result['elapsed_s']} s, mode {mode})")
+    return 0
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"| {'row':<48} | {'median ms':>9} | {'min':>7} | {'max':>7} | {'n':>3} |",
+        f"|{'-' * 50}|{'-' * 11}|{'-' * 9}|{'-' * 9}|{'-' * 5}|",
+    ]
+    for row in result["rows"].values():
+        lines.append(
+            f"| {row['label']:<48} | {row['median_ms']:>9.1f} | {row['min_ms']:>7.1f} "
+            f"| {row['max_ms']:>7.1f} | {row['n']:>3} |"
+        )
+    lines += ["", f"| {'ratio (of medians)':<38} | {'value':>6} | {'target':>6} | met |"]
+    lines.append(f"|{'-' * 40}|{'-' * 8}|{'-' * 8}|-----|")
+    for key, ratio in result["ratios"].items():
+        target = f"<={ratio['target']}" if ratio["target"] else ""
+        met = "yes" if ratio["met"] else "no"
+        lines.append(f"| {key:<38} | {ratio['value']:>6.2f} | {target:>6} | {met:<3} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""bench/run.py --quick runs end to end; every row and ratio is sane (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+ROWS = ("floor", "hook_none", "hook_full", "start_plain", "start_flags", "start_hook")
+RATIOS = ("hook_none/floor", "hook_full/floor", "start_hook/start_flags")
+
+
+def test_quick_bench_writes_every_row(tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/run.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "median ms" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["mode"] == "quick"
+    sizes = data["params"]["sizes"]
+    rows = data["rows"]
+    assert set(rows) == set(ROWS) | {f"scale_{n}" for n in sizes}
+    for name, row in rows.items():
+        assert row["n"] == len(row["samples_ms"]) >= 2, name
+        assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"], name
+        assert (
+            row["min_ms"] == min(row["samples_ms"])
+            or abs(row["min_ms"] - min(row["samples_ms"])) < 0.01
+        )
+    assert rows["hook_full"]["mounts"] >= 50 + 8 + 4
+    assert rows["hook_full"]["devices"] == 11
+    assert rows["hook_full"]["links"] >= 50
+    for n in sizes:
+        assert rows[f"scale_{n}"]["library_files"] == n
+    ratios = data["ratios"]
+    assert data["errors"] == {}
+    scale = [key for key in ratios if key.startswith("scale_")]
+    assert set(ratios) == set(RATIOS) | set(scale) and len(scale) == 1
+    for key, ratio in ratios.items():
+        num, den = key.split("/")
+        expected = rows[num]["median_ms"] / rows[den]["median_ms"]
+        assert abs(ratio["value"] - expected) < 1e-9, key
+        assert ratio["met"] == (ratio["value"] <= ratio["target"]), key
