@@ -13,21 +13,22 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
 from typing import Callable
 
 from ocihook import linux, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import set_label_at
+from ocihook.struct import Struct
 
 _MOUNT_ATTRS = linux.MOUNT_ATTR_RDONLY | linux.MOUNT_ATTR_NOSUID | linux.MOUNT_ATTR_NODEV
 _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 
 
-@dataclass
-class SourceTree:
+class SourceTree(Struct):
     """A source file cloned into a detached mount, ready to attach."""
+
+    __slots__ = ("mount", "fd", "dev", "ino")
 
     mount: Mount
     fd: int

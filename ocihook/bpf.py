@@ -13,8 +13,9 @@ import errno as _errno
 import os
 import struct
 import sys
-from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
+
+from ocihook.struct import Struct
 
 Insn = Tuple[int, int, int, int, int]
 Rule = Tuple[str, int, int, str]
@@ -180,9 +181,10 @@ def device_filter(rules: Sequence[Tuple[Rule, bool]], default_allow: bool = Fals
 # scratch). Returns the rules in order and the default; unknown code ends the decoding.
 
 
-@dataclass(frozen=True)
-class Decoded:
+class Decoded(Struct):
     """What a device program does: (rule, allow) in order, then the default (None: unknown)."""
+
+    __slots__ = ("rules", "default_allow", "undecoded")
 
     rules: Tuple[Tuple[Rule, bool], ...]
     default_allow: Optional[bool]
@@ -461,9 +463,10 @@ def prog_fd_by_id(prog_id: int) -> int:
     return _bpf(BPF_PROG_GET_FD_BY_ID, attr, f"BPF_PROG_GET_FD_BY_ID {prog_id}")
 
 
-@dataclass(frozen=True)
-class ProgInfo:
+class ProgInfo(Struct):
     """The parts of struct bpf_prog_info that we use."""
+
+    __slots__ = ("id", "type", "name", "gpl_compatible", "nr_map_ids", "xlated")
 
     id: int
     type: int

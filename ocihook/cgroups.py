@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ocihook import bpf
 from ocihook.errors import OcihookError
+from ocihook.struct import Struct
 
 V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
 
 
-@dataclass(frozen=True)
-class DeviceRule:
+class DeviceRule(Struct):
     """One device the container may use: type "c"/"b", numbers (-1: any), access in "rwm"."""
+
+    __slots__ = ("type", "major", "minor", "access")
 
     type: str
     major: int
@@ -37,16 +38,17 @@ class DeviceRule:
         return bpf.format_rule(self.as_tuple())
 
 
-@dataclass(frozen=True)
-class CgroupTarget:
+class CgroupTarget(Struct):
     """A container's cgroup directory: version "v1" (devices controller) or "v2"."""
+
+    __slots__ = ("version", "path")
 
     version: str
     path: str
 
 
-@dataclass(frozen=True)
-class _Mount:
+class _Mount(Struct):
+    __slots__ = ("point", "root", "dev", "fstype", "options")
     point: str
     root: str
     dev: int
@@ -344,8 +346,8 @@ def _v1_allow(dir_fd: int, path: str, lines: List[str]) -> None:
 # cgroup v2
 
 
-@dataclass
-class _Prog:
+class _Prog(Struct):
+    __slots__ = ("id", "fd", "info")
     id: int
     fd: int
     info: bpf.ProgInfo

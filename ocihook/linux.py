@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -20,7 +19,7 @@ _SYSCALLS = {
     "openat2": (437, 437),
     "mount_setattr": (442, 442),
 }
-_ARCH_INDEX = 1 if platform.machine() in ("aarch64", "arm64") else 0
+_ARCH_INDEX = 1 if os.uname().machine in ("aarch64", "arm64") else 0
 
 # openat2 resolve flags
 RESOLVE_NO_XDEV = 0x01

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from ocihook.struct import Struct
 
 # Mount kinds; libraries and binaries must stay executable (ld.so maps libraries PROT_EXEC).
 EXECUTABLE_KINDS = ("library", "binary")
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(Struct):
+    __slots__ = ("source", "host_path", "target", "kind")
     source: str  # path inside the source root
     host_path: str  # the same file as a host path, for people and records
     target: str  # path inside the container
@@ -20,14 +20,14 @@ class Mount:
         return self.kind not in EXECUTABLE_KINDS
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(Struct):
+    __slots__ = ("target", "points_to")
     target: str  # the link's path inside the container
     points_to: str  # its content (relative to the link's directory)
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+class DeviceNode(Struct):
+    __slots__ = ("path", "host_path", "type", "major", "minor", "mode", "index", "access")
     path: str  # path inside the container
     host_path: str  # the node on the host
     type: str  # "c" or "b"
@@ -38,22 +38,39 @@ class DeviceNode:
     access: str  # device cgroup access, e.g. "rw"
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
+    __slots__ = (
+        "profile",
+        "source_root",
+        "device_root",
+        "request",
+        "lib_dir",
+        "driver_version",
+        "mounts",
+        "links",
+        "devices",
+        "ld_dirs",
+        "ldconfig",
+    )
+    _defaults = {
+        "driver_version": None,
+        "mounts": [],
+        "links": [],
+        "devices": [],
+        "ld_dirs": [],
+        "ldconfig": False,
+    }
     profile: str
     source_root: str
     device_root: str
     request: str
     lib_dir: str
-    driver_version: str | None = None
-    mounts: list[Mount] = field(default_factory=list)
-    links: list[Link] = field(default_factory=list)
-    devices: list[DeviceNode] = field(default_factory=list)
-    ld_dirs: list[str] = field(default_factory=list)
-    ldconfig: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    driver_version: str | None
+    mounts: list[Mount]
+    links: list[Link]
+    devices: list[DeviceNode]
+    ld_dirs: list[str]
+    ldconfig: bool
 
     def with_lib_dir(self, lib_dir: str) -> Plan:
         """The same plan with libraries (and their links) placed in `lib_dir`."""

@@ -7,18 +7,19 @@ config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from ocihook.errors import OcihookError
+from ocihook.struct import Struct
 
 MAX_REQUEST_LENGTH = 1024
 MAX_INDEX = 4095
 _INDEX_OR_RANGE = re.compile(r"^(\d{1,4})(?:-(\d{1,4}))?$")
 
 
-@dataclass(frozen=True)
-class DeviceRequest:
+class DeviceRequest(Struct):
     """`indices` is None for `all`; an empty tuple means nothing was asked for."""
+
+    __slots__ = ("indices", "origin")
 
     indices: tuple[int, ...] | None
     origin: str

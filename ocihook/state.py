@@ -11,9 +11,9 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from ocihook.errors import OcihookError
+from ocihook.struct import Struct
 
 MAX_STATE_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 16 << 20
@@ -21,16 +21,42 @@ CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PRESTART_STATUSES = ("creating", "created")
 
 
-@dataclass(frozen=True)
-class IdMapping:
+class IdMapping(Struct):
+    __slots__ = ("container_id", "host_id", "size")
     container_id: int
     host_id: int
     size: int
 
 
-@dataclass(frozen=True)
-class Container:
+class Container(Struct):
     """What the hook needs to know about one container."""
+
+    __slots__ = (
+        "id",
+        "status",
+        "pid",
+        "bundle",
+        "rootfs",
+        "annotations",
+        "env",
+        "mount_label",
+        "process_label",
+        "userns",
+        "uid_mappings",
+        "gid_mappings",
+        "cgroups_path",
+        "readonly_root",
+    )
+    _defaults = {
+        "env": {},
+        "mount_label": None,
+        "process_label": None,
+        "userns": False,
+        "uid_mappings": (),
+        "gid_mappings": (),
+        "cgroups_path": None,
+        "readonly_root": False,
+    }
 
     id: str
     status: str
@@ -38,14 +64,14 @@ class Container:
     bundle: str
     rootfs: str
     annotations: dict[str, str]
-    env: dict[str, str] = field(default_factory=dict)
-    mount_label: str | None = None
-    process_label: str | None = None
-    userns: bool = False
-    uid_mappings: tuple[IdMapping, ...] = ()
-    gid_mappings: tuple[IdMapping, ...] = ()
-    cgroups_path: str | None = None
-    readonly_root: bool = False
+    env: dict[str, str]
+    mount_label: str | None
+    process_label: str | None
+    userns: bool
+    uid_mappings: tuple[IdMapping, ...]
+    gid_mappings: tuple[IdMapping, ...]
+    cgroups_path: str | None
+    readonly_root: bool
 
     def host_uid(self, uid: int = 0) -> int:
         return _map_id(self.uid_mappings, uid)
