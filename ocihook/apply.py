@@ -302,18 +302,19 @@ class ContainerWriter:
             raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
         finally:
             os.close(target)
-        check = securepath.resolve(self.root_fd, path, follow_final=False)
-        self._undo.append(lambda: self._unmount(check))
-        st = os.fstat(check)
+        # Undo through the mount itself (`tree` now stands for the attached mount's root),
+        # not through `path`: a parent swapped in the meantime must not keep our mount alive.
+        self._undo.append(lambda: linux.umount2(securepath.fd_path(tree), linux.MNT_DETACH))
+        try:
+            check = securepath.resolve(self.root_fd, path, follow_final=False)
+        except OSError as error:
+            raise OcihookError(f"container {path}: gone after mounting: {error.strerror}") from None
+        try:
+            st = os.fstat(check)
+        finally:
+            os.close(check)
         if expect is not None and (st.st_dev, st.st_ino) != expect:
             raise OcihookError(f"container {path}: the mount did not land where planned")
-
-    @staticmethod
-    def _unmount(fd: int) -> None:
-        try:
-            linux.umount2(securepath.fd_path(fd), linux.MNT_DETACH)
-        finally:
-            os.close(fd)
 
     # -- links and nodes -------------------------------------------------
     def link(self, link: Link) -> None:

@@ -103,6 +103,9 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
                 os.close(fd)
     # Everything that needs privilege is done: what is left is writing our own files.
     privileges.drop_capabilities()
+    log.debug(
+        f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
+    )
     body = _record(container, plan, trees, source_labels, label, edits, ldconfig_ran)
     record.write_record(state_fd, container.id, body)
     os.close(state_fd)

@@ -17,6 +17,9 @@ import stat
 from ocihook import linux
 
 MAX_SYMLINKS = 40
+# openat2 fails with EAGAIN when a rename or mount anywhere raced a ".." lookup: retry.
+OPENAT2_RETRIES = 32
+PROC_SUPER_MAGIC = 0x9FA0
 _O_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESOLVE = linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
 _have_openat2: bool | None = None
@@ -35,21 +38,32 @@ def resolve(root_fd: int, path: str, follow_final: bool = True, flags: int = os.
     global _have_openat2
     flags |= os.O_CLOEXEC | (0 if follow_final else os.O_NOFOLLOW)
     if _have_openat2 is not False:
-        try:
-            fd = linux.openat2(root_fd, path, flags, _RESOLVE)
-            _have_openat2 = True
-            return fd
-        except OSError as error:
-            if error.errno != errno.ENOSYS:
-                raise
-            _have_openat2 = False
+        for attempt in range(OPENAT2_RETRIES):
+            try:
+                fd = linux.openat2(root_fd, path, flags, _RESOLVE)
+                _have_openat2 = True
+                return fd
+            except OSError as error:
+                if error.errno == errno.EAGAIN and attempt + 1 < OPENAT2_RETRIES:
+                    continue
+                if error.errno != errno.ENOSYS:
+                    raise
+                _have_openat2 = False
+                break
     fd = _walk(root_fd, path, follow_final)
-    if flags & os.O_PATH:
-        return fd
     try:
+        mode = os.fstat(fd).st_mode
+        if flags & os.O_DIRECTORY and not stat.S_ISDIR(mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        if flags & os.O_PATH:
+            fd, result = -1, fd
+            return result
+        if stat.S_ISLNK(mode):  # O_NOFOLLOW on a final symlink, as open(2) says
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
         return os.open(fd_path(fd), flags & ~os.O_NOFOLLOW)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _readlink_fd(fd: int) -> str:
@@ -59,6 +73,19 @@ def _readlink_fd(fd: int) -> str:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return os.fsdecode(buf.raw[:n])
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 120)]
+
+
+def _is_magic_link(fd: int) -> bool:
+    """A symlink on procfs (/proc/self/root, /proc/N/fd/M, ...): its target is no text."""
+    buf = _StatFs()
+    if _libc.fstatfs(ctypes.c_int(fd), ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return buf.f_type == PROC_SUPER_MAGIC
 
 
 def _components(path: str) -> list[str]:
@@ -81,8 +108,12 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
             mode = os.fstat(fd).st_mode
             if stat.S_ISLNK(mode) and (pending or follow_final):
                 links += 1
-                target = _readlink_fd(fd)
-                os.close(fd)
+                try:
+                    if _is_magic_link(fd):  # as RESOLVE_NO_MAGICLINKS
+                        raise OSError(errno.ELOOP, "refusing to follow a /proc magic link", path)
+                    target = _readlink_fd(fd)
+                finally:
+                    os.close(fd)
                 if links > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
                 if target.startswith("/"):
