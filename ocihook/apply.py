@@ -138,9 +138,14 @@ def enter_container(pid: int, rootfs: str) -> int:
             f"rootfs {rootfs} is not a mount point in the mount namespace of pid {pid}"
         )
     try:
-        return securepath.open_dir(rootfs)
+        root_fd = securepath.open_dir(rootfs)
     except OSError as error:
         raise OcihookError(f"rootfs {rootfs}: {error.strerror}") from None
+    st, top = os.fstat(root_fd), os.stat("/")
+    if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino):
+        os.close(root_fd)
+        raise OcihookError(f"rootfs {rootfs} is the root of the mount namespace of pid {pid}")
+    return root_fd
 
 
 def _is_mount_point(path: str) -> bool:
