@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import stat
+from typing import Callable
 
 from ocihook import linux
 
@@ -131,15 +132,31 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
             os.close(fd)
 
 
+def mount_id(fd: int) -> int:
+    """The id of the mount that `fd` is on (as in /proc/self/mountinfo)."""
+    with open(f"/proc/self/fdinfo/{fd}") as info:
+        for line in info:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "no mnt_id in fdinfo")
+
+
 def fd_path(fd: int, name: str = "") -> str:
     """A path that refers to `fd` (and `name` inside it) without a lookup from "/"."""
     return f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
 
 
-def mkdirs(root_fd: int, path: str, mode: int = 0o755, created: list[str] | None = None) -> int:
+def mkdirs(
+    root_fd: int,
+    path: str,
+    mode: int = 0o755,
+    created: list[str] | None = None,
+    check: Callable[[int, str], None] | None = None,
+) -> int:
     """O_PATH fd of directory `path` inside the root, creating missing components.
 
-    Each created directory's in-root path is appended to `created`. Re-resolving
+    Each created directory's in-root path is appended to `created`; `check(parent_fd, path)`
+    runs before each mkdir and may raise to refuse it. Re-resolving
     from the root after every mkdir means a swapped-in symlink can only redirect
     us elsewhere inside the root, never out of it.
     """
@@ -165,6 +182,8 @@ def mkdirs(root_fd: int, path: str, mode: int = 0o755, created: list[str] | None
         try:
             if not stat.S_ISDIR(os.fstat(parent_fd).st_mode):
                 raise OSError(errno.ENOTDIR, "exists and is not a directory", parent)
+            if check is not None and not os.path.lexists(fd_path(parent_fd, parts[index - 1])):
+                check(parent_fd, "/" + "/".join(parts[:index]))
             try:
                 os.mkdir(parts[index - 1], mode, dir_fd=parent_fd)
                 if created is not None:
