@@ -47,12 +47,20 @@ def watch(canary, synth_root):
     assert (hostile.host_dev_entries(), set(os.listdir("/dev/shm"))) == dev_before
 
 
-def build(rhel_base: Path, tmp_path: Path, edits: dict[str, tuple[str, str]]) -> str:
-    """A copy of the RHEL-like tree with `edits` (path -> (kind, target)) applied, imported."""
+def build(
+    rhel_base: Path,
+    tmp_path: Path,
+    edits: dict[str, tuple[str, str]],
+    writes: dict[str, str] | None = None,
+) -> str:
+    """A copy of the RHEL-like tree with `edits` (path -> (kind, target)) applied and `writes`
+    (path -> text) written, imported as an image."""
     root = tmp_path / "image"
     subprocess.run(["cp", "-a", str(rhel_base), str(root)], check=True)
     for path, (kind, target) in edits.items():
         hostile.replace(root / path.lstrip("/"), kind, target)
+    for path, text in (writes or {}).items():
+        (root / path.lstrip("/")).write_text(text)
     name = f"ocihook-hostile-{tmp_path.name.lower()[-40:].strip('_')}"
     image = hostile.import_tree(root, name.replace("[", "-").replace("]", ""))
     shutil.rmtree(root)
