@@ -139,9 +139,14 @@ def enter_container(pid: int, rootfs: str) -> int:
             f"rootfs {rootfs} is not a mount point in the mount namespace of pid {pid}"
         )
     try:
-        return securepath.open_dir(rootfs)
+        root_fd = securepath.open_dir(rootfs)
     except OSError as error:
         raise OcihookError(f"rootfs {rootfs}: {error.strerror}") from None
+    st, top = os.fstat(root_fd), os.stat("/")
+    if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino):
+        os.close(root_fd)
+        raise OcihookError(f"rootfs {rootfs} is the root of the mount namespace of pid {pid}")
+    return root_fd
 
 
 def _is_mount_point(path: str) -> bool:
@@ -195,11 +200,38 @@ def _looks_like_lib_dir(fd: int) -> bool:
         return False
 
 
-class ContainerWriter:
-    """Makes the planned changes inside one rootfs; remembers how to undo them."""
+def host_superblocks() -> frozenset[int]:
+    """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace;
+    read before entering the container."""
+    devices = set()
+    with open("/proc/self/mountinfo", "rb") as mountinfo:
+        for line in mountinfo:
+            fields = line.split(b" ", 3)
+            major, _, minor = fields[2].partition(b":")
+            devices.add(os.makedev(int(major), int(minor)))
+    return frozenset(devices)
 
-    def __init__(self, root_fd: int, label: str | None, uid: int = 0, gid: int = 0) -> None:
+
+class ContainerWriter:
+    """Makes the planned changes inside one rootfs; remembers how to undo them.
+
+    It creates things (directories, mount points, links, device nodes) only on the rootfs's
+    own mount or on file systems that the host does not mount (the container's /dev tmpfs):
+    never in a host directory that is bind-mounted into the container (a volume, /dev/shm),
+    wherever the image's symlinks point.
+    """
+
+    def __init__(
+        self,
+        root_fd: int,
+        label: str | None,
+        uid: int = 0,
+        gid: int = 0,
+        shared: frozenset[int] = frozenset(),
+    ) -> None:
         self.root_fd = root_fd
+        self.root_mount = securepath.mount_id(root_fd)
+        self.shared = shared
         self.label = label
         self.uid = uid
         self.gid = gid
@@ -223,11 +255,21 @@ class ContainerWriter:
             linux.setfsgid(old_gid)
 
     # -- helpers ---------------------------------------------------------
+    def _may_create_in(self, dir_fd: int, path: str) -> None:
+        """Refuse to create `path` in directory `dir_fd` on a file system the host shares."""
+        if securepath.mount_id(dir_fd) == self.root_mount:
+            return
+        if os.fstat(dir_fd).st_dev in self.shared:
+            raise OcihookError(
+                f"container {path}: its directory is on a file system shared with the host "
+                "(a volume or host bind mount); not creating anything there"
+            )
+
     def _parent(self, path: str) -> tuple[int, str]:
         parent, name = securepath.split(path)
         created: list[str] = []
         try:
-            fd = securepath.mkdirs(self.root_fd, parent, 0o755, created)
+            fd = securepath.mkdirs(self.root_fd, parent, 0o755, created, self._may_create_in)
         except OSError as error:
             raise OcihookError(f"container {parent}: {error.strerror}") from None
         finally:
@@ -274,6 +316,8 @@ class ContainerWriter:
         """O_PATH fd of a file at `path` to mount onto, created empty if missing."""
         parent_fd, name = self._parent(path)
         try:
+            if not os.path.lexists(securepath.fd_path(parent_fd, name)):
+                self._may_create_in(parent_fd, path)
             try:
                 fd = os.open(
                     name,
@@ -320,18 +364,19 @@ class ContainerWriter:
             raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
         finally:
             os.close(target)
-        check = securepath.resolve(self.root_fd, path, follow_final=False)
-        self._undo.append(lambda: self._unmount(check))
-        st = os.fstat(check)
+        # Undo through the mount itself (`tree` now stands for the attached mount's root),
+        # not through `path`: a parent swapped in the meantime must not keep our mount alive.
+        self._undo.append(lambda: linux.umount2(securepath.fd_path(tree), linux.MNT_DETACH))
+        try:
+            check = securepath.resolve(self.root_fd, path, follow_final=False)
+        except OSError as error:
+            raise OcihookError(f"container {path}: gone after mounting: {error.strerror}") from None
+        try:
+            st = os.fstat(check)
+        finally:
+            os.close(check)
         if expect is not None and (st.st_dev, st.st_ino) != expect:
             raise OcihookError(f"container {path}: the mount did not land where planned")
-
-    @staticmethod
-    def _unmount(fd: int) -> None:
-        try:
-            linux.umount2(securepath.fd_path(fd), linux.MNT_DETACH)
-        finally:
-            os.close(fd)
 
     # -- links and nodes -------------------------------------------------
     def link(self, link: Link) -> None:
@@ -341,6 +386,7 @@ class ContainerWriter:
     def _link(self, link: Link) -> None:
         parent_fd, name = self._parent(link.target)
         try:
+            self._may_create_in(parent_fd, link.target)
             try:
                 os.symlink(link.points_to, name, dir_fd=parent_fd)
             except FileExistsError:
@@ -373,6 +419,7 @@ class ContainerWriter:
         parent_fd, name = self._parent(node.path)
         kind = stat.S_IFCHR if node.type == "c" else stat.S_IFBLK
         try:
+            self._may_create_in(parent_fd, node.path)
             try:
                 os.mknod(
                     name, kind | node.mode, os.makedev(node.major, node.minor), dir_fd=parent_fd

@@ -103,6 +103,9 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
                 os.close(fd)
     # Everything that needs privilege is done: what is left is writing our own files.
     privileges.drop_capabilities()
+    log.debug(
+        f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
+    )
     body = _record(container, plan, trees, source_labels, label, edits, ldconfig_ran)
     record.write_record(state_fd, container.id, body)
     os.close(state_fd)
@@ -110,13 +113,16 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
 
 
 def _apply_in_container(container, config, plan, trees, node_trees, label, ldconfig_fd, log):
+    shared = apply.host_superblocks()
     root_fd = apply.enter_container(container.pid, container.rootfs)
     try:
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
         plan = plan.with_lib_dir(lib_dir)
-        writer = apply.ContainerWriter(root_fd, label, container.host_uid(0), container.host_gid(0))
+        writer = apply.ContainerWriter(
+            root_fd, label, container.host_uid(0), container.host_gid(0), shared
+        )
         try:
             for tree, mount in zip(trees, plan.mounts):
                 writer.attach(

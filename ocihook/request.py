@@ -85,3 +85,43 @@ def select_indices(request: DeviceRequest, available: list[int]) -> list[int]:
             f"(available: {have})"
         )
     return list(request.indices)
+
+
+def _covers(devices: object, request: DeviceRequest) -> bool:
+    if devices == "all":
+        return True
+    if request.indices is None or not isinstance(devices, list):
+        return False  # `all` is allowed only by an entry with devices: all
+    return set(request.indices) <= set(devices)
+
+
+def _annotations_match(patterns: dict[str, str], annotations: dict[str, str]) -> bool:
+    """Every key regex matches some annotation whose value matches the value regex
+    (unanchored search, like containers/common's hooks `when.annotations`)."""
+    for key_re, value_re in patterns.items():
+        try:
+            key_pattern, value_pattern = re.compile(key_re), re.compile(value_re)
+        except re.error as error:
+            raise OcihookError(
+                f"config: request.allow: invalid regex {key_re!r:.60}: {error}"
+            ) from None
+        if not any(
+            key_pattern.search(key) and value_pattern.search(value)
+            for key, value in annotations.items()
+        ):
+            return False
+    return True
+
+
+def check_allowed(request: DeviceRequest, annotations: dict[str, str], allow: list[dict]) -> None:
+    """Pass if some allow-list entry matches the container's annotations and covers the
+    requested devices; else raise OcihookError naming what was refused."""
+    for entry in allow:
+        if _annotations_match(entry.get("annotations") or {}, annotations) and _covers(
+            entry.get("devices"), request
+        ):
+            return
+    raise OcihookError(
+        f"{request.origin}: request for devices '{request.describe():.60}' is not allowed by the "
+        "config's request.allow list for this container's annotations"
+    )

@@ -13,10 +13,14 @@ import ctypes
 import errno
 import os
 import stat
+from typing import Callable
 
 from ocihook import linux
 
 MAX_SYMLINKS = 40
+# openat2 fails with EAGAIN when a rename or mount anywhere raced a ".." lookup: retry.
+OPENAT2_RETRIES = 32
+PROC_SUPER_MAGIC = 0x9FA0
 _O_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESOLVE = linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
 _have_openat2: bool | None = None
@@ -35,21 +39,32 @@ def resolve(root_fd: int, path: str, follow_final: bool = True, flags: int = os.
     global _have_openat2
     flags |= os.O_CLOEXEC | (0 if follow_final else os.O_NOFOLLOW)
     if _have_openat2 is not False:
-        try:
-            fd = linux.openat2(root_fd, path, flags, _RESOLVE)
-            _have_openat2 = True
-            return fd
-        except OSError as error:
-            if error.errno != errno.ENOSYS:
-                raise
-            _have_openat2 = False
+        for attempt in range(OPENAT2_RETRIES):
+            try:
+                fd = linux.openat2(root_fd, path, flags, _RESOLVE)
+                _have_openat2 = True
+                return fd
+            except OSError as error:
+                if error.errno == errno.EAGAIN and attempt + 1 < OPENAT2_RETRIES:
+                    continue
+                if error.errno != errno.ENOSYS:
+                    raise
+                _have_openat2 = False
+                break
     fd = _walk(root_fd, path, follow_final)
-    if flags & os.O_PATH:
-        return fd
     try:
+        mode = os.fstat(fd).st_mode
+        if flags & os.O_DIRECTORY and not stat.S_ISDIR(mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        if flags & os.O_PATH:
+            fd, result = -1, fd
+            return result
+        if stat.S_ISLNK(mode):  # O_NOFOLLOW on a final symlink, as open(2) says
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
         return os.open(fd_path(fd), flags & ~os.O_NOFOLLOW)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _readlink_fd(fd: int) -> str:
@@ -59,6 +74,19 @@ def _readlink_fd(fd: int) -> str:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return os.fsdecode(buf.raw[:n])
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 120)]
+
+
+def _is_magic_link(fd: int) -> bool:
+    """A symlink on procfs (/proc/self/root, /proc/N/fd/M, ...): its target is no text."""
+    buf = _StatFs()
+    if _libc.fstatfs(ctypes.c_int(fd), ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return buf.f_type == PROC_SUPER_MAGIC
 
 
 def _components(path: str) -> list[str]:
@@ -81,8 +109,12 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
             mode = os.fstat(fd).st_mode
             if stat.S_ISLNK(mode) and (pending or follow_final):
                 links += 1
-                target = _readlink_fd(fd)
-                os.close(fd)
+                try:
+                    if _is_magic_link(fd):  # as RESOLVE_NO_MAGICLINKS
+                        raise OSError(errno.ELOOP, "refusing to follow a /proc magic link", path)
+                    target = _readlink_fd(fd)
+                finally:
+                    os.close(fd)
                 if links > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
                 if target.startswith("/"):
@@ -100,15 +132,31 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
             os.close(fd)
 
 
+def mount_id(fd: int) -> int:
+    """The id of the mount that `fd` is on (as in /proc/self/mountinfo)."""
+    with open(f"/proc/self/fdinfo/{fd}") as info:
+        for line in info:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "no mnt_id in fdinfo")
+
+
 def fd_path(fd: int, name: str = "") -> str:
     """A path that refers to `fd` (and `name` inside it) without a lookup from "/"."""
     return f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
 
 
-def mkdirs(root_fd: int, path: str, mode: int = 0o755, created: list[str] | None = None) -> int:
+def mkdirs(
+    root_fd: int,
+    path: str,
+    mode: int = 0o755,
+    created: list[str] | None = None,
+    check: Callable[[int, str], None] | None = None,
+) -> int:
     """O_PATH fd of directory `path` inside the root, creating missing components.
 
-    Each created directory's in-root path is appended to `created`. Re-resolving
+    Each created directory's in-root path is appended to `created`; `check(parent_fd, path)`
+    runs before each mkdir and may raise to refuse it. Re-resolving
     from the root after every mkdir means a swapped-in symlink can only redirect
     us elsewhere inside the root, never out of it.
     """
@@ -134,6 +182,8 @@ def mkdirs(root_fd: int, path: str, mode: int = 0o755, created: list[str] | None
         try:
             if not stat.S_ISDIR(os.fstat(parent_fd).st_mode):
                 raise OSError(errno.ENOTDIR, "exists and is not a directory", parent)
+            if check is not None and not os.path.lexists(fd_path(parent_fd, parts[index - 1])):
+                check(parent_fd, "/" + "/".join(parts[:index]))
             try:
                 os.mkdir(parts[index - 1], mode, dir_fd=parent_fd)
                 if created is not None:

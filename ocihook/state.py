@@ -160,6 +160,8 @@ def _read_bundle_config(bundle: str) -> dict:
     try:
         bundle_fd = os.open(bundle, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
+        if os.path.islink(bundle):
+            raise OcihookError(f"bundle {bundle}: is a symlink; not following it") from None
         raise OcihookError(f"bundle {bundle}: {error.strerror}") from None
     try:
         fd = os.open("config.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=bundle_fd)
@@ -176,16 +178,32 @@ def _read_bundle_config(bundle: str) -> dict:
     return parse_json(data, f"bundle {bundle}: config.json")
 
 
+# Host directories (and file systems shared with the host) that are never a container's root:
+# a wrong root.path with the pid of a process in a private mount namespace would otherwise
+# have the hook create files and device nodes on the host's /dev, /dev/shm, /run, ...
+HOST_DIRS = frozenset(
+    "/ /bin /boot /dev /etc /home /lib /lib32 /lib64 /libx32 /media /mnt /opt /proc /root "
+    "/run /sbin /srv /sys /tmp /usr /var /var/lib /var/run /var/tmp".split()
+)
+HOST_TREES = ("/dev/", "/proc/", "/sys/", "/run/user/", "/dev/shm/")
+
+
+def _check_rootfs(path: str, where: str) -> str:
+    if path in HOST_DIRS or path.startswith(HOST_TREES):
+        raise OcihookError(f"{where}: rootfs {path} is a host directory, not a container's root")
+    return path
+
+
 def _rootfs_path(bundle: str, root: dict) -> str:
     where = "config.json: root"
     path = _require(root, "path", str, where)
     if not path or "\0" in path:
         raise OcihookError(f"{where}: field 'path' is empty")
     if os.path.isabs(path):
-        return os.path.normpath(path)
+        return _check_rootfs(os.path.normpath(path), where)
     if ".." in path.split("/"):
         raise OcihookError(f"{where}: relative 'path' must stay inside the bundle: {path!r:.80}")
-    return os.path.normpath(os.path.join(bundle, path))
+    return _check_rootfs(os.path.normpath(os.path.join(bundle, path)), where)
 
 
 def _env_map(process: dict) -> dict[str, str]:
