@@ -64,6 +64,8 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
             f"state on stdin: status '{state['status']}': the hook runs at prestart/createRuntime "
             "(creating) and poststop (stopped)"
         )
+    if not _may_ask(state, config):
+        return 0
     container = load_container(state)
     request = container_request(container, config)
     if request.empty:
@@ -72,6 +74,16 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
 
     inject(container, config, request)
     return 0
+
+
+def _may_ask(state: dict, config: dict) -> bool:
+    """False when the state alone shows the container asks for nothing: the runtime copies
+    config.json's annotations into the state, so without the env channel there is no
+    need to read config.json at all (the common case, kept cheapest)."""
+    if config["request"]["env"]:
+        return True
+    annotations = state.get("annotations")
+    return annotations is None or config["request"]["annotation"] in annotations
 
 
 def container_request(container: Container, config: dict) -> DeviceRequest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import time
 
 from ocihook import apply, cgroups, ldcache, privileges, record
@@ -72,7 +73,16 @@ def inject(container: Container, config: dict, request: DeviceRequest) -> dict:
     return result
 
 
+def _raise_fd_limit() -> None:
+    """Two descriptors per injected file stay open until the end (the detached mount and
+    its undo handle): allow as many as the hard limit permits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _inject(container: Container, config: dict, request: DeviceRequest, log: record.Log) -> dict:
+    _raise_fd_limit()
     label = file_label(config, container)
     with Roots(config["source_root"], config["device_root"]) as roots:
         plan = plan_for(config, roots, request)

@@ -182,7 +182,9 @@ def _wait(pid: int, outr: int) -> tuple[bytes, int]:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise OcihookError(f"ldconfig in the container timed out after {TIMEOUT_SECONDS:.0f}s")
-        ready, _, _ = select.select([outr], [], [], remaining)
+        poller = select.poll()
+        poller.register(outr, select.POLLIN | select.POLLHUP)
+        ready = poller.poll(remaining * 1000)
         if ready:
             chunk = os.read(outr, 65536)
             if chunk:

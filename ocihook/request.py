@@ -6,14 +6,11 @@ config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`.
 
 from __future__ import annotations
 
-import re
-
 from ocihook.errors import OcihookError
 from ocihook.struct import Struct
 
 MAX_REQUEST_LENGTH = 1024
 MAX_INDEX = 4095
-_INDEX_OR_RANGE = re.compile(r"^(\d{1,4})(?:-(\d{1,4}))?$")
 
 
 class DeviceRequest(Struct):
@@ -34,6 +31,16 @@ class DeviceRequest(Struct):
         return ",".join(str(i) for i in self.indices) or "none"
 
 
+def _index_or_range(text: str) -> tuple[int, int] | None:
+    """(first, last) of "3" or "0-3" (1-4 ASCII digits each), else None."""
+    first, dash, last = text.partition("-")
+    last = last if dash else first
+    for part in (first, last):
+        if not (0 < len(part) <= 4 and part.isascii() and part.isdigit()):
+            return None
+    return int(first), int(last)
+
+
 def parse_request(value: str, origin: str) -> DeviceRequest:
     """Parse `all`, `none`, `void`, `` (nothing) or `0,2,4-5` into a request."""
     if len(value) > MAX_REQUEST_LENGTH:
@@ -45,14 +52,13 @@ def parse_request(value: str, origin: str) -> DeviceRequest:
         return DeviceRequest((), origin)
     indices: set[int] = set()
     for item in text.split(","):
-        match = _INDEX_OR_RANGE.match(item.strip())
+        match = _index_or_range(item.strip())
         if not match:
             raise OcihookError(
                 f"{origin}: invalid device request {value!r:.60}: "
                 "expected 'all', 'none' or indices like '0,2' or '0-3'"
             )
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
+        first, last = match
         if last < first or last > MAX_INDEX:
             raise OcihookError(f"{origin}: invalid device range {item.strip()!r}")
         indices.update(range(first, last + 1))
@@ -98,6 +104,8 @@ def _covers(devices: object, request: DeviceRequest) -> bool:
 def _annotations_match(patterns: dict[str, str], annotations: dict[str, str]) -> bool:
     """Every key regex matches some annotation whose value matches the value regex
     (unanchored search, like containers/common's hooks `when.annotations`)."""
+    import re  # only when an allow-list is configured: not on every container start
+
     for key_re, value_re in patterns.items():
         try:
             key_pattern, value_pattern = re.compile(key_re), re.compile(value_re)

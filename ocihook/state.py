@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 
 from ocihook.errors import OcihookError
@@ -17,7 +16,19 @@ from ocihook.struct import Struct
 
 MAX_STATE_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 16 << 20
-CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def valid_container_id(value: str) -> bool:
+    """1-128 of [A-Za-z0-9_.-], not starting with '.', '_' or '-' (never a path)."""
+    return (
+        0 < len(value) <= 128
+        and value[0].isascii()
+        and value[0].isalnum()
+        and _ID_CHARS.issuperset(value)
+    )
+
+
 PRESTART_STATUSES = ("creating", "created")
 
 
@@ -142,7 +153,7 @@ def read_state(data: bytes) -> dict:
     where = "state on stdin"
     _require(state, "ociVersion", str, where)
     container_id = _require(state, "id", str, where)
-    if not CONTAINER_ID.match(container_id):
+    if not valid_container_id(container_id):
         raise OcihookError(f"{where}: field 'id' is not a valid container id: {container_id!r:.80}")
     _require(state, "status", str, where)
     bundle = _require(state, "bundle", str, where)
