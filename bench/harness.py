@@ -146,7 +146,14 @@ def image_rootfs(work: Path = WORK) -> Path:
     return images.glibc_rootfs(root, "rhel")
 
 
-def state_json(container_id: str, pid: int, bundle: Path, status: str = "creating") -> bytes:
+def state_json(
+    container_id: str,
+    pid: int,
+    bundle: Path,
+    status: str = "creating",
+    annotations: dict | None = None,
+) -> bytes:
+    """The state runc hands a hook: config.json's annotations are copied into it."""
     return json.dumps(
         {
             "ociVersion": "1.0.2",
@@ -154,7 +161,7 @@ def state_json(container_id: str, pid: int, bundle: Path, status: str = "creatin
             "status": status,
             "pid": pid,
             "bundle": str(bundle),
-            "annotations": {},
+            "annotations": annotations or {},
         }
     ).encode()
 
@@ -221,6 +228,7 @@ class Sandbox:
         _v1_write(self.cgroup, "devices.deny", "a")
         for rule in RUNC_DEFAULT_RULES:
             _v1_write(self.cgroup, "devices.allow", rule)
+        self.annotations = annotations
         config = bundle_config(self.rootfs, annotations, self.cgroups_path)
         (self.bundle / "config.json").write_text(json.dumps(config))
         self.pid = 0
@@ -264,7 +272,7 @@ class Sandbox:
             raise RuntimeError(f"sandbox {self.id}: {answer.decode(errors='replace') or 'died'}")
 
     def state(self) -> bytes:
-        return state_json(self.id, self.pid, self.bundle)
+        return state_json(self.id, self.pid, self.bundle, annotations=self.annotations)
 
     def close(self) -> None:
         if self.pid:

@@ -13,12 +13,11 @@ import errno as _errno
 import os
 import struct
 import sys
-from typing import List, Optional, Sequence, Tuple
 
 from ocihook.struct import Struct
 
-Insn = Tuple[int, int, int, int, int]
-Rule = Tuple[str, int, int, str]
+Insn = tuple[int, int, int, int, int]
+Rule = tuple[str, int, int, str]
 
 # bpf(2) system call numbers by machine (uname -m).
 _SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
@@ -79,7 +78,7 @@ class BpfError(OSError):
 # Encoding
 
 
-def encode(insns: Sequence[Insn]) -> bytes:
+def encode(insns: list[Insn]) -> bytes:
     """Pack instructions into the kernel's struct bpf_insn layout."""
     out = bytearray()
     for code, dst, src, off, imm in insns:
@@ -88,7 +87,7 @@ def encode(insns: Sequence[Insn]) -> bytes:
     return bytes(out)
 
 
-def decode(raw: bytes) -> List[Insn]:
+def decode(raw: bytes) -> list[Insn]:
     """Unpack struct bpf_insn records into instruction tuples."""
     insns = []
     for code, regs, off, imm in _INSN.iter_unpack(raw):
@@ -102,7 +101,7 @@ def decode(raw: bytes) -> List[Insn]:
 # intact, so that our blocks can be put in front of another program unchanged.
 
 
-def prologue() -> List[Insn]:
+def prologue() -> list[Insn]:
     """R2 = type, R3 = access, R4 = major, R5 = minor (R1, the context, untouched)."""
     return [
         (LDX_MEM_W, R2, R1, 0, 0),
@@ -136,12 +135,12 @@ def check_rule(rule: Rule) -> None:
     access_mask(access)
 
 
-def rule_block(rule: Rule, allow: bool = True) -> List[Insn]:
+def rule_block(rule: Rule, allow: bool = True) -> list[Insn]:
     """Instructions that return allow/deny when the rule matches, else fall through."""
     check_rule(rule)
     dtype, major, minor, access = rule
     mask = access_mask(access)
-    checks: List[Insn] = [(JMP_JNE_K, R2, 0, 0, TYPE_CODES[dtype])]
+    checks: list[Insn] = [(JMP_JNE_K, R2, 0, 0, TYPE_CODES[dtype])]
     if mask != 7:
         # Requested access must be a subset of the rule's: (R3 & mask) == R3. R0 is scratch.
         checks += [(ALU32_MOV_X, R0, R3, 0, 0), (ALU32_AND_K, R0, 0, 0, mask)]
@@ -160,7 +159,7 @@ def rule_block(rule: Rule, allow: bool = True) -> List[Insn]:
     return fixed + tail
 
 
-def allow_prefix(rules: Sequence[Rule]) -> List[Insn]:
+def allow_prefix(rules: list[Rule]) -> list[Insn]:
     """Prologue plus one allow block per rule; falls through to whatever follows."""
     insns = prologue()
     for rule in rules:
@@ -168,7 +167,7 @@ def allow_prefix(rules: Sequence[Rule]) -> List[Insn]:
     return insns
 
 
-def device_filter(rules: Sequence[Tuple[Rule, bool]], default_allow: bool = False) -> List[Insn]:
+def device_filter(rules: list[tuple[Rule, bool]], default_allow: bool = False) -> list[Insn]:
     """A whole program like runc's: first matching rule decides, else the default."""
     insns = prologue()
     for rule, allow in rules:
@@ -186,8 +185,8 @@ class Decoded(Struct):
 
     __slots__ = ("rules", "default_allow", "undecoded")
 
-    rules: Tuple[Tuple[Rule, bool], ...]
-    default_allow: Optional[bool]
+    rules: tuple[tuple[Rule, bool], ...]
+    default_allow: bool | None
     undecoded: int  # instructions not understood (0 when the whole program was decoded)
 
 
@@ -196,7 +195,7 @@ _JNE_X = (JMP_JNE_X, JMP32_JNE_X)
 _MOV_K = (ALU32_MOV_K, ALU64_MOV_K)
 
 
-def _match_prologue(insns: Sequence[Insn], i: int) -> int:
+def _match_prologue(insns: list[Insn], i: int) -> int:
     """Length of a prologue at i (0 when there is none)."""
     want = prologue()
     if [tuple(x) for x in insns[i : i + len(want)]] == want:
@@ -204,7 +203,7 @@ def _match_prologue(insns: Sequence[Insn], i: int) -> int:
     return 0
 
 
-def _match_block(insns: Sequence[Insn], i: int) -> Optional[Tuple[Rule, bool, int]]:
+def _match_block(insns: list[Insn], i: int) -> tuple[Rule, bool, int] | None:
     """Decode one rule block at i: (rule, allow, length) or None."""
     j, dtype, mask, major, minor, jumps = i, None, 7, -1, -1, []
     n = len(insns)
@@ -245,9 +244,9 @@ def _match_block(insns: Sequence[Insn], i: int) -> Optional[Tuple[Rule, bool, in
     return (dtype, major, minor, access), bool(insns[j][4]), end - i
 
 
-def decode_device_filter(insns: Sequence[Insn]) -> Decoded:
+def decode_device_filter(insns: list[Insn]) -> Decoded:
     """Decode a device program built like ours or runc's (prefixes included)."""
-    rules: List[Tuple[Rule, bool]] = []
+    rules: list[tuple[Rule, bool]] = []
     i, n, seen_prologue = 0, len(insns), False
     while i < n:
         p = _match_prologue(insns, i)
@@ -276,7 +275,7 @@ def format_rule(rule: Rule) -> str:
     return f"{dtype} {num(major)}:{num(minor)} {access}"
 
 
-def reloadable_problem(insns: Sequence[Insn]) -> Optional[str]:
+def reloadable_problem(insns: list[Insn]) -> str | None:
     """Why these (xlated) instructions cannot be loaded again as they are, or None."""
     if not insns:
         return "the kernel returned no instructions"
@@ -389,7 +388,7 @@ def _bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     return int(ret)
 
 
-def prog_load(insns: Sequence[Insn], license: str = "Apache", name: str = "ocihook_dev") -> int:
+def prog_load(insns: list[Insn], license: str = "Apache", name: str = "ocihook_dev") -> int:
     """Load a cgroup device program; return its fd. The verifier's last line goes in the error."""
     code = encode(insns)
     buf = ctypes.create_string_buffer(code, len(code))
@@ -435,7 +434,7 @@ def _raise_memlock() -> None:
         pass
 
 
-def prog_query(cgroup_fd: int) -> Tuple[int, List[int]]:
+def prog_query(cgroup_fd: int) -> tuple[int, list[int]]:
     """(attach_flags, program ids) of the device programs attached to this cgroup itself."""
     size = 64
     for _ in range(10):
@@ -473,7 +472,7 @@ class ProgInfo(Struct):
     name: str
     gpl_compatible: bool
     nr_map_ids: int
-    xlated: Optional[List[Insn]]  # None when the kernel did not give the instructions
+    xlated: list[Insn] | None  # None when the kernel did not give the instructions
 
 
 def prog_info(prog_fd: int) -> ProgInfo:

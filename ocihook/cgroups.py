@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from ocihook import bpf
 from ocihook.errors import OcihookError
@@ -53,7 +52,7 @@ class _Mount(Struct):
     root: str
     dev: int
     fstype: str
-    options: Tuple[str, ...]
+    options: tuple[str, ...]
 
 
 def parse_rule(line: str) -> DeviceRule:
@@ -88,7 +87,7 @@ def _unescape(field: str) -> str:
     return field.encode().decode("unicode_escape").encode("latin-1").decode()
 
 
-def _cgroup_mounts(mountinfo: str) -> List[_Mount]:
+def _cgroup_mounts(mountinfo: str) -> list[_Mount]:
     """The cgroup and cgroup2 mounts in a mountinfo text, in order."""
     mounts = []
     for line in mountinfo.splitlines():
@@ -179,7 +178,7 @@ def _same_cgroup(actual: str, expected: str) -> bool:
     return actual == expected or (expected != "/" and actual.endswith(expected))
 
 
-def _pick_mount(mounts: List[_Mount]) -> Tuple[str, Optional[_Mount]]:
+def _pick_mount(mounts: list[_Mount]) -> tuple[str, _Mount | None]:
     """("v1", devices mount) when the devices controller is on v1, else ("v2", cgroup2 mount)."""
     for m in mounts:
         if m.fstype == "cgroup" and "devices" in m.options:
@@ -191,7 +190,7 @@ def _pick_mount(mounts: List[_Mount]) -> Tuple[str, Optional[_Mount]]:
 
 
 def find_container_cgroup(
-    pid: int, cgroups_path: Optional[str] = None, proc: str = "/proc"
+    pid: int, cgroups_path: str | None = None, proc: str = "/proc"
 ) -> CgroupTarget:
     """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
@@ -241,16 +240,16 @@ def _open_dir(path: str, what: str) -> int:
 # Plan, apply, revert
 
 
-def _unique(rules: Sequence[DeviceRule]) -> List[DeviceRule]:
+def _unique(rules: list[DeviceRule]) -> list[DeviceRule]:
     """Checked rules, duplicates dropped, order kept."""
-    out: List[DeviceRule] = []
+    out: list[DeviceRule] = []
     for rule in rules:
         if _checked(rule) not in out:
             out.append(rule)
     return out
 
 
-def plan_device_edits(target: CgroupTarget, rules: List[DeviceRule]) -> List[Dict]:
+def plan_device_edits(target: CgroupTarget, rules: list[DeviceRule]) -> list[dict]:
     """What allow_devices will do, as plain data (one entry per rule); no side effect."""
     if target.version not in ("v1", "v2"):
         raise OcihookError(f"cgroup version {target.version!r} is not 'v1' or 'v2'")
@@ -261,7 +260,7 @@ def plan_device_edits(target: CgroupTarget, rules: List[DeviceRule]) -> List[Dic
     ]
 
 
-def allow_devices(target: CgroupTarget, rules: List[DeviceRule]) -> List[Dict]:
+def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[dict]:
     """Let the container use these devices; returns the edits made (same as the plan)."""
     edits = plan_device_edits(target, rules)
     if not edits:
@@ -278,7 +277,7 @@ def allow_devices(target: CgroupTarget, rules: List[DeviceRule]) -> List[Dict]:
     return edits
 
 
-def revert_device_edits(target: CgroupTarget, edits: List[Dict]) -> None:
+def revert_device_edits(target: CgroupTarget, edits: list[dict]) -> None:
     """Best-effort undo of allow_devices; raises OcihookError only if an undo step failed."""
     mine = [e for e in edits if e.get("cgroup") == target.version and e.get("path") == target.path]
     if not mine:
@@ -307,9 +306,9 @@ def _v1_write(dir_fd: int, name: str, line: str) -> None:
         os.close(fd)
 
 
-def _v1_write_all(dir_fd: int, path: str, name: str, lines: List[str], stop: bool) -> int:
+def _v1_write_all(dir_fd: int, path: str, name: str, lines: list[str], stop: bool) -> int:
     """Write each line; on error raise at once (stop) or after trying all. Returns lines done."""
-    first: Optional[str] = None
+    first: str | None = None
     done = 0
     for line in lines:
         try:
@@ -327,9 +326,9 @@ def _v1_write_all(dir_fd: int, path: str, name: str, lines: List[str], stop: boo
     return done
 
 
-def _v1_allow(dir_fd: int, path: str, lines: List[str]) -> None:
+def _v1_allow(dir_fd: int, path: str, lines: list[str]) -> None:
     """Allow every line, or none: undo the ones written when one fails."""
-    done: List[str] = []
+    done: list[str] = []
     try:
         for line in lines:
             _v1_write_all(dir_fd, path, "devices.allow", [line], stop=True)
@@ -353,14 +352,14 @@ class _Prog(Struct):
     info: bpf.ProgInfo
 
 
-def _v2_programs(cg_fd: int, path: str) -> Tuple[int, List[_Prog]]:
+def _v2_programs(cg_fd: int, path: str) -> tuple[int, list[_Prog]]:
     """(attach flags, programs) attached to the cgroup itself; caller closes the fds."""
     try:
         flags, ids = bpf.prog_query(cg_fd)
     except bpf.BpfError as exc:
         msg = f"cgroup v2 {path}: cannot list device programs: {exc.strerror}"
         raise OcihookError(msg) from None
-    progs: List[_Prog] = []
+    progs: list[_Prog] = []
     try:
         for prog_id in ids:
             fd = bpf.prog_fd_by_id(prog_id)
@@ -376,12 +375,12 @@ def _v2_programs(cg_fd: int, path: str) -> Tuple[int, List[_Prog]]:
     return flags, progs
 
 
-def _close(progs: List[_Prog]) -> None:
+def _close(progs: list[_Prog]) -> None:
     for p in progs:
         os.close(p.fd)
 
 
-def _original_insns(prog: _Prog, path: str) -> List[bpf.Insn]:
+def _original_insns(prog: _Prog, path: str) -> list[bpf.Insn]:
     """The program's instructions if they can be loaded again, else OcihookError."""
     info = prog.info
     problem = None
@@ -418,9 +417,9 @@ def _swap(cg_fd: int, flags: int, old_fd: int, new_fd: int) -> None:
         raise
 
 
-def _replace_all(cg_fd: int, path: str, flags: int, pairs: List[Tuple[_Prog, int]]) -> None:
+def _replace_all(cg_fd: int, path: str, flags: int, pairs: list[tuple[_Prog, int]]) -> None:
     """Swap every (old, new fd) pair; if one fails, swap back those done and raise."""
-    done: List[Tuple[_Prog, int]] = []
+    done: list[tuple[_Prog, int]] = []
     for old, new_fd in pairs:
         try:
             _swap(cg_fd, flags, old.fd, new_fd)
@@ -436,7 +435,7 @@ def _replace_all(cg_fd: int, path: str, flags: int, pairs: List[Tuple[_Prog, int
         done.append((old, new_fd))
 
 
-def _load(insns: List[bpf.Insn], old: _Prog, path: str) -> int:
+def _load(insns: list[bpf.Insn], old: _Prog, path: str) -> int:
     """Load a program with a license as GPL-compatible as the one it replaces."""
     license = "GPL" if old.info.gpl_compatible else "Apache"
     try:
@@ -450,7 +449,7 @@ def _load(insns: List[bpf.Insn], old: _Prog, path: str) -> int:
 def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
     """Load make(old instructions) for each attached program, then swap them all in."""
     flags, progs = _v2_programs(cg_fd, path)
-    new_fds: List[int] = []
+    new_fds: list[int] = []
     try:
         if not progs and required:
             raise OcihookError(
@@ -471,24 +470,24 @@ def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
         _close(progs)
 
 
-def _v2_prepend(cg_fd: int, path: str, rules: List[bpf.Rule]) -> None:
+def _v2_prepend(cg_fd: int, path: str, rules: list[bpf.Rule]) -> None:
     """Put our allow blocks in front of every device program of the cgroup."""
     prefix = bpf.allow_prefix(rules)
     _rewrite(cg_fd, path, lambda old: prefix + old)
 
 
-def _v2_strip(cg_fd: int, path: str, rules: List[bpf.Rule]) -> None:
+def _v2_strip(cg_fd: int, path: str, rules: list[bpf.Rule]) -> None:
     """Remove our allow blocks from the programs that start with them."""
     prefix = bpf.allow_prefix(rules)
     n = len(prefix)
 
-    def make(old: List[bpf.Insn]) -> Optional[List[bpf.Insn]]:
+    def make(old: list[bpf.Insn]) -> list[bpf.Insn] | None:
         return old[n:] if old[:n] == prefix and len(old) > n else None
 
     _rewrite(cg_fd, path, make, required=False)
 
 
-def describe_device_access(target: CgroupTarget) -> List[Dict]:
+def describe_device_access(target: CgroupTarget) -> list[dict]:
     """For `ocihook plan` and debugging: v1 devices.list, or the v2 device programs decoded."""
     fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
@@ -513,7 +512,7 @@ def _read_at(dir_fd: int, path: str, name: str) -> str:
         return f.read()
 
 
-def _describe(prog: _Prog) -> Dict:
+def _describe(prog: _Prog) -> dict:
     """One device program as plain data: its allow/deny rules in order and the default."""
     dec = bpf.decode_device_filter(prog.info.xlated or [])
     default = None if dec.default_allow is None else ("allow" if dec.default_allow else "deny")

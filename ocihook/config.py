@@ -1,13 +1,14 @@
 """The hook's configuration: YAML validated by a JSON Schema, compiled once and cached.
 
 The hot path calls `load_config`: while the YAML files are unchanged (same inode, size
-and mtime) it reads one small JSON file and imports neither PyYAML nor jsonschema.
+and mtime) it reads one small marshal file and imports neither PyYAML nor jsonschema.
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
+import sys
 
 from ocihook import __version__
 from ocihook.errors import OcihookError
@@ -53,7 +54,7 @@ def _file_key(path: str) -> list[int]:
 
 
 def _cache_path(cache_dir: str, config_path: str) -> str:
-    return os.path.join(cache_dir, os.path.abspath(config_path).encode().hex()[:240] + ".json")
+    return os.path.join(cache_dir, os.path.abspath(config_path).encode().hex()[:240] + ".marshal")
 
 
 def load_config(path: str = DEFAULT_CONFIG, cache_dir: str | None = DEFAULT_CACHE_DIR) -> dict:
@@ -76,24 +77,24 @@ def load_config(path: str = DEFAULT_CONFIG, cache_dir: str | None = DEFAULT_CACH
 def _read_cache(cache_file: str) -> dict | None:
     try:
         with open(cache_file, "rb") as file:
-            cached = json.loads(file.read())
-    except (OSError, ValueError):
+            cached = marshal.loads(file.read())
+    except (OSError, ValueError, EOFError, TypeError):
         return None
     if not isinstance(cached, dict) or cached.get("format") != CACHE_FORMAT:
         return None
-    if cached.get("version") != __version__:
+    if cached.get("version") != __version__ or cached.get("python") != sys.hexversion:
         return None
     return cached
 
 
 def _write_cache(cache_dir: str, cache_file: str, content: dict) -> None:
     """Best effort: a cache that cannot be written only costs speed."""
-    content = {"format": CACHE_FORMAT, "version": __version__, **content}
+    content = {"format": CACHE_FORMAT, "version": __version__, "python": sys.hexversion, **content}
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         tmp = f"{cache_file}.{os.getpid()}.tmp"
-        with open(tmp, "w") as file:
-            json.dump(content, file)
+        with open(tmp, "wb") as file:
+            file.write(marshal.dumps(content))
         os.replace(tmp, cache_file)
     except OSError:
         pass
@@ -129,6 +130,8 @@ def _read_yaml(path: str, what: str):
 
 
 def schema() -> dict:
+    import json
+
     with open(os.path.join(os.path.dirname(__file__), "schema.json")) as file:
         return json.load(file)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
+
+from ocihook import fastjson
 
 RECORD_VERSION = 1
 
@@ -26,7 +27,7 @@ def write_record(state_dir_fd: int, container_id: str, record: dict) -> None:
         dir_fd=state_dir_fd,
     )
     with os.fdopen(fd, "w") as file:
-        json.dump(body, file, indent=1, sort_keys=True)
+        file.write(fastjson.dumps(body, indent=1))
     os.replace(tmp, f"{container_id}.json", src_dir_fd=state_dir_fd, dst_dir_fd=state_dir_fd)
 
 
@@ -41,7 +42,7 @@ def remove_record(state_dir: str, container_id: str) -> bool:
 def read_record(state_dir: str, container_id: str) -> dict | None:
     try:
         with open(os.path.join(state_dir, f"{container_id}.json")) as file:
-            return json.load(file)
+            return fastjson.loads(file.read())
     except (OSError, ValueError):
         return None
 

@@ -7,10 +7,10 @@ fields the hook uses are kept.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
+from ocihook import fastjson
 from ocihook.errors import OcihookError
 from ocihook.struct import Struct
 
@@ -135,7 +135,7 @@ def _string_map(value: object, where: str) -> dict[str, str]:
 
 def parse_json(data: bytes, where: str) -> dict:
     try:
-        obj = json.loads(data)
+        obj = fastjson.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise OcihookError(f"{where}: not valid JSON ({error})") from None
     if not isinstance(obj, dict):

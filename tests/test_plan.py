@@ -146,3 +146,41 @@ def test_plan_unknown_index_is_a_clear_error(nvidia_config):
     assert result.stderr.strip() == (
         "ocihook: --devices: device index 7 does not exist (available: 0,1)"
     )
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "libcuda.so.*",
+        "lib*.so.?",
+        "*",
+        "*.so.*.*",
+        "libnvidia-*-openssl3.so.*",
+        "a*b*c",
+        "?",
+        "libc[ua]da.so.*",
+        "x",
+        "*ml.so.1",
+        "**",
+    ],
+)
+def test_glob_match_agrees_with_fnmatch(pattern):
+    import fnmatch
+
+    from ocihook.discover import glob_match
+
+    names = [
+        "libcuda.so.1",
+        "libcuda.so.550.54.14",
+        "libnvidia-pkcs11-openssl3.so.550",
+        "abc",
+        "aXbYc",
+        "ab",
+        "",
+        "x",
+        "libnvidia-ml.so.1",
+        "libcuda.so",
+        "a",
+    ]
+    for name in names:
+        assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern), (name, pattern)

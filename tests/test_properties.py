@@ -215,3 +215,49 @@ def test_check_allowed(indices, annotations, allow):
         _one_line(error)
         return
     assert any(e["devices"] == "all" or indices is not None for e in allow)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON_VALUES)
+def test_fastjson_round_trips_like_json(value):
+    """The hot path's JSON (no `json` import) writes what `json` reads, and reads it back."""
+    import json
+
+    from ocihook import fastjson
+
+    text = fastjson.dumps(value)
+    assert json.loads(text) == value
+    assert text == json.dumps(value, indent=1, sort_keys=True)
+    assert fastjson.loads(text) == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_fastjson_loads_rejects_like_json(data):
+    import json
+
+    from ocihook import fastjson
+
+    try:
+        expected = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        expected = ValueError
+    try:
+        got = fastjson.loads(data)
+    except ValueError:
+        got = ValueError
+    if expected is not ValueError or got is not ValueError:
+        assert got == expected or (got != got and expected != expected)
