@@ -240,6 +240,15 @@ class ContainerWriter:
         self.created: list[str] = []
         self.labelled: list[str] = []
         self._undo: list[Callable[[], None]] = []
+        # Directory fds resolved once inside the root, by in-root path: an fd keeps naming the
+        # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
+        self._dirs: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Close the cached directory fds (the changes stay)."""
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs.clear()
 
     def _as_owner(self, operation: Callable[..., None], *args: object) -> None:
         """Run `operation` creating files as the container's root: in a user namespace the
@@ -268,7 +277,10 @@ class ContainerWriter:
             )
 
     def _parent(self, path: str) -> tuple[int, str]:
+        """(fd of the parent directory, created if missing; cached, do not close), name."""
         parent, name = securepath.split(path)
+        if parent in self._dirs:
+            return self._dirs[parent], name
         created: list[str] = []
         try:
             fd = securepath.mkdirs(self.root_fd, parent, 0o755, created, self._may_create_in)
@@ -277,19 +289,22 @@ class ContainerWriter:
         finally:
             for directory in created:
                 self._created(directory)
+        self._dirs[parent] = fd
         return fd, name
 
-    def _created(self, path: str) -> None:
-        """Record, own and label something we created at `path` (inside the rootfs)."""
+    def _created(self, path: str, parent_fd: int | None = None) -> None:
+        """Record and label something we created at `path` (inside the rootfs), whose
+        directory is `parent_fd` when the caller has it."""
         self.created.append(path)
         parent, name = securepath.split(path)
-        parent_fd = securepath.resolve(self.root_fd, parent)
-        try:
-            if self.label:
-                set_label_at(parent_fd, name, self.label)
-                self.labelled.append(path)
-        finally:
-            os.close(parent_fd)
+        if self.label:
+            own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
+            try:
+                set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
+            finally:
+                if own_fd is not None:
+                    os.close(own_fd)
+            self.labelled.append(path)
 
         def remove() -> None:
             fd = securepath.resolve(self.root_fd, parent)
@@ -328,14 +343,12 @@ class ContainerWriter:
                     dir_fd=parent_fd,
                 )
                 os.close(fd)
-                self._created(path)
+                self._created(path, parent_fd)
             except FileExistsError:
                 pass
-            target = securepath.resolve(self.root_fd, path, follow_final=False)
+            target = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
         except OSError as error:
             raise OcihookError(f"container {path}: {error.strerror}") from None
-        finally:
-            os.close(parent_fd)
         mode = os.fstat(target).st_mode
         if not any(kind(mode) for kind in kinds):
             os.close(target)
@@ -385,60 +398,47 @@ class ContainerWriter:
 
     def _link(self, link: Link) -> None:
         parent_fd, name = self._parent(link.target)
+        self._may_create_in(parent_fd, link.target)
         try:
-            self._may_create_in(parent_fd, link.target)
-            try:
-                os.symlink(link.points_to, name, dir_fd=parent_fd)
-            except FileExistsError:
-                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-                if not stat.S_ISLNK(st.st_mode):
-                    raise OcihookError(
-                        f"container {link.target}: exists in the image as a {_kind(st.st_mode)}"
-                    ) from None
-                if os.readlink(name, dir_fd=parent_fd) == link.points_to:
-                    return
-                old = os.readlink(name, dir_fd=parent_fd)
-                os.unlink(name, dir_fd=parent_fd)
-                os.symlink(link.points_to, name, dir_fd=parent_fd)
-                self._undo.append(lambda: self._restore_link(link.target, old))
+            os.symlink(link.points_to, name, dir_fd=parent_fd)
+        except FileExistsError:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                raise OcihookError(
+                    f"container {link.target}: exists in the image as a {_kind(st.st_mode)}"
+                ) from None
+            old = os.readlink(name, dir_fd=parent_fd)
+            if old == link.points_to:
                 return
-        finally:
-            os.close(parent_fd)
-        self._created(link.target)
+            os.unlink(name, dir_fd=parent_fd)
+            os.symlink(link.points_to, name, dir_fd=parent_fd)
+            self._undo.append(lambda: self._restore_link(link.target, old))
+            return
+        self._created(link.target, parent_fd)
 
     def _restore_link(self, path: str, old: str) -> None:
         parent_fd, name = self._parent(path)
-        try:
-            os.unlink(name, dir_fd=parent_fd)
-            os.symlink(old, name, dir_fd=parent_fd)
-        finally:
-            os.close(parent_fd)
+        os.unlink(name, dir_fd=parent_fd)
+        os.symlink(old, name, dir_fd=parent_fd)
 
     def device_node(self, node: DeviceNode) -> None:
         """mknod the node (no user namespace: the container's /dev allows device nodes)."""
         parent_fd, name = self._parent(node.path)
         kind = stat.S_IFCHR if node.type == "c" else stat.S_IFBLK
+        self._may_create_in(parent_fd, node.path)
         try:
-            self._may_create_in(parent_fd, node.path)
-            try:
-                os.mknod(
-                    name, kind | node.mode, os.makedev(node.major, node.minor), dir_fd=parent_fd
-                )
-            except FileExistsError:
-                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-                if stat.S_IFMT(st.st_mode) == kind and st.st_rdev == os.makedev(
-                    node.major, node.minor
-                ):
-                    return  # the runtime created the same node (e.g. podman --device)
-                raise OcihookError(
-                    f"container {node.path}: exists as a {_kind(st.st_mode)} "
-                    f"that is not {node.type} {node.major}:{node.minor}"
-                ) from None
-            except OSError as error:
-                raise OcihookError(f"container {node.path}: mknod: {error.strerror}") from None
-        finally:
-            os.close(parent_fd)
-        self._created(node.path)
+            os.mknod(name, kind | node.mode, os.makedev(node.major, node.minor), dir_fd=parent_fd)
+        except FileExistsError:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            if stat.S_IFMT(st.st_mode) == kind and st.st_rdev == os.makedev(node.major, node.minor):
+                return  # the runtime created the same node (e.g. podman --device)
+            raise OcihookError(
+                f"container {node.path}: exists as a {_kind(st.st_mode)} "
+                f"that is not {node.type} {node.major}:{node.minor}"
+            ) from None
+        except OSError as error:
+            raise OcihookError(f"container {node.path}: mknod: {error.strerror}") from None
+        self._created(node.path, parent_fd)
 
 
 def _kind(mode: int) -> str:

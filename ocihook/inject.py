@@ -164,6 +164,8 @@ def _apply_in_container(container, config, plan, trees, node_trees, label, ldcon
         except BaseException:
             writer.rollback()
             raise
+        finally:
+            writer.close()
     finally:
         os.close(root_fd)
         if ldconfig_fd is not None:

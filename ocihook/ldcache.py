@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import resource
 import select
-import signal
 import stat
 import time
 
@@ -20,6 +19,7 @@ from ocihook import linux, privileges, securepath
 from ocihook.errors import OcihookError
 
 TIMEOUT_SECONDS = 10.0
+SIGKILL = 9  # the `signal` module would import enum on the hot path
 LIMITS = {
     resource.RLIMIT_CPU: 10,
     resource.RLIMIT_AS: 1 << 30,
@@ -179,7 +179,7 @@ def _wait(pid: int, outr: int) -> tuple[bytes, int]:
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, SIGKILL)
             os.waitpid(pid, 0)
             raise OcihookError(f"ldconfig in the container timed out after {TIMEOUT_SECONDS:.0f}s")
         poller = select.poll()
@@ -206,7 +206,7 @@ def _waitpid_deadline(pid: int, deadline: float) -> tuple[int, int]:
         if done:
             return done, status
         time.sleep(0.001)
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, SIGKILL)
     return os.waitpid(pid, 0)
 
 
