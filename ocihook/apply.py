@@ -243,12 +243,14 @@ class ContainerWriter:
         # Directory fds resolved once inside the root, by in-root path: an fd keeps naming the
         # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
         self._dirs: dict[str, int] = {}
+        self._dirs_on_root: set[int] = set()  # cached dir fds on the rootfs's own mount
 
     def close(self) -> None:
         """Close the cached directory fds (the changes stay)."""
         for fd in self._dirs.values():
             os.close(fd)
         self._dirs.clear()
+        self._dirs_on_root.clear()
 
     def _as_owner(self, operation: Callable[..., None], *args: object) -> None:
         """Run `operation` creating files as the container's root: in a user namespace the
@@ -268,7 +270,7 @@ class ContainerWriter:
     # -- helpers ---------------------------------------------------------
     def _may_create_in(self, dir_fd: int, path: str) -> None:
         """Refuse to create `path` in directory `dir_fd` on a file system the host shares."""
-        if securepath.mount_id(dir_fd) == self.root_mount:
+        if dir_fd in self._dirs_on_root or securepath.mount_id(dir_fd) == self.root_mount:
             return
         if os.fstat(dir_fd).st_dev in self.shared:
             raise OcihookError(
@@ -290,6 +292,8 @@ class ContainerWriter:
             for directory in created:
                 self._created(directory)
         self._dirs[parent] = fd
+        if securepath.mount_id(fd) == self.root_mount:
+            self._dirs_on_root.add(fd)
         return fd, name
 
     def _created(self, path: str, parent_fd: int | None = None) -> None:

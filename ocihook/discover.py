@@ -27,6 +27,13 @@ def glob_match(name: str, pattern: str) -> bool:
         import fnmatch
 
         return fnmatch.fnmatchcase(name, pattern)
+    if pattern.count("*") == 1 and "?" not in pattern:  # the common "libfoo.so.*"
+        prefix, suffix = pattern.split("*")
+        return (
+            len(name) >= len(prefix) + len(suffix)
+            and name.startswith(prefix)
+            and name.endswith(suffix)
+        )
     n = p = 0
     star, mark = -1, 0
     while n < len(name):
@@ -149,15 +156,23 @@ def _in_root(root: str, resolved_host_path: str) -> str:
     return resolved_host_path[len(prefix) :]
 
 
+def _first_match(dirs: list[_Dir], pattern: str) -> tuple[_Dir | None, list[str]]:
+    """The first directory with entries matching `pattern`, and those entries."""
+    for directory in dirs:
+        names = directory.match(pattern)
+        if names:
+            return directory, names
+    return None, []
+
+
 def _libraries(roots: Roots, profile: dict, lib_dir: str) -> tuple[list[Mount], list[Link]]:
     dirs = [roots.listing(roots.source_fd, d) for d in profile["library_dirs"]]
     mounts: dict[str, Mount] = {}
     links: list[Link] = []
     for pattern in profile["libraries"]:
-        directory = next((d for d in dirs if d.match(pattern)), None)
+        directory, names = _first_match(dirs, pattern)
         if directory is None:
             continue
-        names = directory.match(pattern)
         for name in names:
             if stat.S_ISREG(directory.entries[name].st_mode):
                 _add_mount(

@@ -14,6 +14,10 @@ class Struct:
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         names = self.__slots__
+        if not kwargs and len(args) == len(names):  # the hot path: every field positional
+            for name, value in zip(names, args):
+                object.__setattr__(self, name, value)
+            return
         if len(args) > len(names):
             raise TypeError(f"{type(self).__name__}: too many arguments")
         values = dict(zip(names, args))
