@@ -21,12 +21,6 @@ import pytest
 from tests.support import hostile
 
 
-@pytest.fixture(autouse=True)
-def host_mounts_unchanged():
-    """conftest's check, tolerant of other sessions' containers (tests/support/hostile.py)."""
-    yield from hostile.host_mounts_unchanged()
-
-
 @pytest.fixture
 def attack(hook_setup, synth_root, tmp_path):
     """Run the hook with a crafted state; check afterwards that nothing on the host changed."""

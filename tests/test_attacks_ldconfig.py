@@ -15,11 +15,6 @@ from tests.support import hostile
 from tests.test_attacks_rootfs import build, rhel_base  # noqa: F401  (session fixture)
 
 
-@pytest.fixture(autouse=True)
-def host_mounts_unchanged():
-    yield from hostile.host_mounts_unchanged()
-
-
 def _sha(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

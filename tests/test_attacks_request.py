@@ -16,12 +16,6 @@ from ocihook.request import DeviceRequest, check_allowed
 from tests.conftest import base_config
 from tests.support import hostile, podman
 
-
-@pytest.fixture(autouse=True)
-def host_mounts_unchanged():
-    yield from hostile.host_mounts_unchanged()
-
-
 LS_DEV = ["/bin/sh", "-c", "ls /dev"]
 
 

@@ -20,12 +20,6 @@ import pytest
 from tests.support import hostile
 
 
-@pytest.fixture(autouse=True)
-def host_mounts_unchanged():
-    """conftest's check, tolerant of other sessions' containers (tests/support/hostile.py)."""
-    yield from hostile.host_mounts_unchanged()
-
-
 @pytest.fixture(scope="session")
 def rhel_base(tmp_path_factory) -> Path:
     return hostile.rhel_tree(tmp_path_factory.mktemp("hostile") / "base")

@@ -7,7 +7,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,13 +15,6 @@ from ocihook.config import compile_config
 from ocihook.errors import OcihookError
 from ocihook.request import DeviceRequest, check_allowed, parse_request
 from ocihook.state import load_container, read_state
-from tests.support import hostile
-
-
-@pytest.fixture(autouse=True)
-def host_mounts_unchanged():
-    yield from hostile.host_mounts_unchanged()
-
 
 SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

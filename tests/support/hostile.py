@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -187,29 +186,3 @@ def import_tree(root: Path, name: str) -> str:
 
 def python() -> str:
     return sys.executable
-
-
-# -- the host mount table, tolerant of other sessions' containers ----------------------------
-
-_OTHER_CONTAINERS = re.compile(
-    r"^/var/lib/containers/storage/(overlay/[0-9a-f]{64}/merged|"
-    r"overlay-containers/[0-9a-f]{64}/userdata/shm|overlay)( |$)"
-)
-
-
-def mount_table() -> list[str]:
-    """conftest's mount table, less podman's own per-container mounts (overlay `merged`,
-    `userdata/shm`): containers of other test sessions on this machine come and go."""
-    from tests.conftest import mount_table as full_table
-
-    return [row for row in full_table() if not _OTHER_CONTAINERS.match(row)]
-
-
-def host_mounts_unchanged():
-    """Generator body for a module's autouse fixture overriding conftest's."""
-    before = mount_table()
-    yield
-    after = mount_table()
-    assert after == before, (
-        f"host mount table changed: +{set(after) - set(before)} -{set(before) - set(after)}"
-    )
