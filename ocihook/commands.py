@@ -99,7 +99,9 @@ def plan(
     with Roots(config["source_root"], config["device_root"]) as roots:
         result = plan_for(config, roots, request, lib_dir)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        from ocihook.plan import cgroup_rules
+
+        click.echo(json.dumps({**result.to_dict(), "cgroup_rules": cgroup_rules(result)}, indent=2))
     else:
         click.echo(format_plan(result))
 

@@ -101,6 +101,11 @@ class Plan(Struct):
         )
 
 
+def cgroup_rules(plan: Plan) -> list[str]:
+    """The device cgroup rules the plan adds, in cgroup v1 syntax ("c 195:0 rw")."""
+    return [f"{d.type} {d.major}:{d.minor} {d.access}" for d in plan.devices]
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as a readable listing (what `ocihook plan` prints)."""
     lines = [
@@ -125,6 +130,9 @@ def format_plan(plan: Plan) -> str:
             f"  {d.path}  {d.type} {d.major}:{d.minor}  mode {d.mode:04o}  "
             f"cgroup {d.access}  ({which})"
         )
+    if plan.devices:
+        lines.append("device cgroup (v1 devices.allow, or prepended to the v2 eBPF program):")
+        lines.extend(f"  allow {rule}" for rule in cgroup_rules(plan))
     lines.append(
         f"ld cache:     {'update for ' + ', '.join(plan.ld_dirs) if plan.ldconfig else 'no'}"
     )

@@ -138,6 +138,7 @@ def test_plan_text_output_lists_everything(nvidia_config):
     assert "/usr/lib64/libcuda.so.1 -> libcuda.so.550.54.14" in result.stdout
     assert "/dev/nvidia0  c 195:0  mode 0666  cgroup rw  (index 0)" in result.stdout
     assert "firmware /lib/firmware/nvidia/550.54.14/gsp_ga10x.bin" in result.stdout
+    assert "  allow c 195:0 rw\n  allow c 195:255 rw\n" in result.stdout
 
 
 def test_plan_unknown_index_is_a_clear_error(nvidia_config):

@@ -93,8 +93,49 @@ def test_created_files_links_and_nodes_carry_the_mount_label(
         # Bind-mounted driver files keep the shared label of their source.
         assert get_label(str(root) + "/usr/lib/libsynth.so.1.2.3", True) == SHARED
         assert all(m["label"] == SHARED for m in record["mounts"])
+        _audit_explains_denials_of_this_container(hook_setup, record, driver, tmp_path)
     finally:
         podman.remove(name)
+
+
+def _audit_explains_denials_of_this_container(hook_setup, record, driver, tmp_path):
+    """`ocihook audit` on AVC lines written for this real container's files and MCS level."""
+    library = next(m for m in record["mounts"] if m["target"].endswith("libsynth.so.1.2.3"))
+    scontext = "system_u:system_r:container_t:s0:c12,c34"
+    log = tmp_path / "audit.log"
+    log.write_text(
+        f"type=AVC msg=audit(1764518400.100:501): avc:  denied  {{ map }} for  pid=4242 "
+        f'comm="synth-smi" path="{library["target"]}" dev="overlay" ino={library["ino"]} '
+        f"scontext={scontext} tcontext=system_u:object_r:container_file_t:s0:c5,c6 "
+        "tclass=file permissive=0\n"
+        "type=AVC msg=audit(1764518400.200:502): avc:  denied  { read write } for  pid=4242 "
+        'comm="synth-smi" path="/dev/synth0" dev="tmpfs" ino=7 '
+        f"scontext={scontext} tcontext=system_u:object_r:device_t:s0 tclass=chr_file "
+        "permissive=0\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ocihook.cli",
+            "audit",
+            "--json",
+            "--state-dir",
+            str(hook_setup.state_dir),
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1, result.stderr
+    findings = {f["serial"]: f for f in json.loads(result.stdout)["findings"]}
+    lib, dev = findings[501], findings[502]
+    assert lib["container"] == record["id"] and dev["container"] == record["id"]
+    assert lib["injected"]["target"] == library["target"]
+    assert lib["cause"] == "mcs-mismatch"
+    assert lib["fixes"] == [f"ocihook selinux relabel {driver}"]
+    assert dev["cause"] == "device-type"
+    assert dev["fixes"][0] == "semodule -i /usr/share/selinux/packages/ocihook.pp"
 
 
 def test_unlabelled_source_is_refused_with_the_fix(hook_setup, synth_root, image_busybox):
