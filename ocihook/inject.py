@@ -45,14 +45,29 @@ def check_source_labels(plan: Plan, config: dict, log: record.Log) -> dict[str, 
     mode = config["selinux"]["source_check"]
     if mode == "off":
         return labels
+    fix = None
     for path, context in labels.items():
-        problem = selinux_label.source_label_problem(path, context)
-        if problem is None:
+        if selinux_label.source_label_problem(path, context, "") is None:
             continue
+        fix = fix or relabel_fix(config["source_root"])
+        problem = selinux_label.source_label_problem(path, context, fix)
         if mode == "error":
             raise OcihookError(problem)
         log.info(f"warning: {problem}")
     return labels
+
+
+def relabel_fix(source_root: str) -> str:
+    """What to tell the user: relabel the driver's root, unless it is a host system dir."""
+    from ocihook.selinux.relabel import refusal
+
+    if refusal(os.path.realpath(source_root)) is None:
+        return f"run: ocihook selinux relabel {source_root}"
+    return (
+        f"the source root {source_root} is host system content that ocihook does not relabel: "
+        "serve the driver from its own root (a driver container's volume) and relabel that, "
+        "or set selinux.source_check: warn"
+    )
 
 
 def inject(container: Container, config: dict, request: DeviceRequest) -> dict:

@@ -93,15 +93,17 @@ def _no_categories(level: str) -> bool:
     return all(":" not in part for part in level.split("-"))
 
 
-def source_label_problem(path: str, context: str | None) -> str | None:
+def source_label_problem(path: str, context: str | None, fix: str | None = None) -> str | None:
     """One line saying why no container domain can read bind-mount source `path`, or None.
 
     `context` is the source's label (None: unlabeled). Fine are the types in
     SHARED_READ_TYPES at any level without categories, and container_file_t at s0 without
-    categories. Anything else gets the file, its label and the fix command.
+    categories. Anything else gets the file, its label and the fix (`fix`, or by default a
+    relabel of the file's directory).
     """
-    directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
-    fix = f"run: ocihook selinux relabel {directory}"
+    if fix is None:
+        directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
+        fix = f"run: ocihook selinux relabel {directory}"
     if not context:
         return f"{path} has no SELinux label, containers cannot read it; {fix}"
     try:
