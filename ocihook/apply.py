@@ -237,8 +237,6 @@ class ContainerWriter:
         self.label = label
         self.uid = uid
         self.gid = gid
-        self.created: list[str] = []
-        self.labelled: list[str] = []
         self._undo: list[Callable[[], None]] = []
         # Directory fds resolved once inside the root, by in-root path: an fd keeps naming the
         # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
@@ -297,9 +295,8 @@ class ContainerWriter:
         return fd, name
 
     def _created(self, path: str, parent_fd: int | None = None) -> None:
-        """Record and label something we created at `path` (inside the rootfs), whose
-        directory is `parent_fd` when the caller has it."""
-        self.created.append(path)
+        """Label something we created at `path` (inside the rootfs), whose directory is
+        `parent_fd` when the caller has it, and remember how to remove it."""
         parent, name = securepath.split(path)
         if self.label:
             own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
@@ -308,7 +305,6 @@ class ContainerWriter:
             finally:
                 if own_fd is not None:
                     os.close(own_fd)
-            self.labelled.append(path)
 
         def remove() -> None:
             fd = securepath.resolve(self.root_fd, parent)
