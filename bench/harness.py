@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from ocihook import linux  # noqa: E402
-from tests.support import images, synthetic  # noqa: E402
+from tests.support import images, podman, synthetic  # noqa: E402
 
 WORK = REPO / "build" / "bench"
 PROFILES = REPO / "packaging" / "profiles"
@@ -82,9 +82,7 @@ class Install:
         subprocess.run(
             [str(self.python), "-I", "-m", "compileall", "-q", str(REPO / "ocihook")], check=True
         )
-        body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
-        self.hook.write_text(f"#!{self.python} -I\n{body}")
-        self.hook.chmod(0o755)
+        podman.write_hook_executable(self.hook, str(self.python))
 
     def floor_cmd(self) -> list[str]:
         return [str(self.python), "-I", "-c", "pass"]

@@ -25,10 +25,7 @@ def main() -> int:
     WORK.mkdir(parents=True)
     step("building the synthetic driver (libsynth, synth-smi, /dev/synthN = real char devices)")
     driver = synthetic.build_driver(WORK / "driver")
-    hook = WORK / "ocihook-hook"
-    body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
-    hook.write_text(f"#!{sys.executable} -I\n{body}")
-    hook.chmod(0o755)
+    hook = podman.write_hook_executable(WORK / "ocihook-hook", sys.executable)
     config = WORK / "config.yaml"
     config.write_text(
         json.dumps(

@@ -55,11 +55,9 @@ def host_mounts_unchanged():
 @pytest.fixture(scope="session")
 def hook_exe(tmp_path_factory) -> Path:
     """The hook executable as installed (packaging/ocihook-hook), run by this venv's python -I."""
-    path = tmp_path_factory.mktemp("bin") / "ocihook-hook"
-    body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
-    path.write_text(f"#!{sys.executable} -I\n{body}")
-    path.chmod(0o755)
-    return path
+    return podman.write_hook_executable(
+        tmp_path_factory.mktemp("bin") / "ocihook-hook", sys.executable
+    )
 
 
 @pytest.fixture(scope="session")

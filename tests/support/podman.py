@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent.parent
+
 BASE = ["podman", "--runtime", "runc"]
 RUN_FLAGS = [
     "--rm",
@@ -66,3 +68,11 @@ def run(
 
 def remove(name: str) -> None:
     subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+
+
+def write_hook_executable(path: Path, python: str) -> Path:
+    """packaging/ocihook-hook as installed, with `python` (run with -I) in its shebang."""
+    body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
+    path.write_text(f"#!{python} -I\n{body}")
+    path.chmod(0o755)
+    return path
