@@ -10,6 +10,7 @@ rolls the container back to how it was.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -28,7 +29,8 @@ _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 
 
 class SourceTree(Struct):
-    """A source file cloned into a detached mount, ready to attach."""
+    """A source file ready to mount: a detached mount (new mount API), or with the classic
+    API an O_PATH fd of the file itself, opened in the container's mount namespace."""
 
     __slots__ = ("mount", "fd", "dev", "ino")
 
@@ -93,6 +95,88 @@ def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
             os.close(tree)
         raise
     return trees
+
+
+def have_new_mount_api() -> bool:
+    """Whether the kernel has open_tree/move_mount/mount_setattr (Linux >= 5.12)."""
+    try:
+        linux.mount_setattr(-1, 0)
+    except OSError as error:
+        return error.errno != errno.ENOSYS
+    return True
+
+
+def _reopen_root(real_path: str, host_fd: int, what: str) -> int:
+    """`real_path` opened again in the current (container) mount namespace, checked to be
+    the same directory as `host_fd` (opened on the host before setns)."""
+    try:
+        fd = securepath.open_dir(real_path)
+    except OSError as error:
+        raise OcihookError(
+            f"{what} {real_path}: not visible in the container's mount namespace: {error.strerror}"
+        ) from None
+    old, new = os.fstat(host_fd), os.fstat(fd)
+    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+        os.close(fd)
+        raise OcihookError(f"{what} {real_path}: differs in the container's mount namespace")
+    return fd
+
+
+def open_sources(plan: Plan, real_path: str, host_fd: int) -> list[SourceTree]:
+    """Classic mount API: O_PATH fds of every planned file, resolved inside the source root
+    as seen from the container's mount namespace (where runc has not pivoted yet)."""
+    root_fd = _reopen_root(real_path, host_fd, "source root")
+    sources: list[SourceTree] = []
+    try:
+        for m in plan.mounts:
+            try:
+                fd = securepath.resolve(root_fd, m.source)
+            except OSError as error:
+                raise OcihookError(f"source {m.host_path}: {error.strerror}") from None
+            st = os.fstat(fd)
+            sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
+            wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
+            if not wanted(st.st_mode):
+                raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
+    except BaseException:
+        close_trees(sources)
+        raise
+    finally:
+        os.close(root_fd)
+    return sources
+
+
+def open_device_nodes(plan: Plan, real_path: str, host_fd: int) -> dict[str, int]:
+    """Classic mount API: O_PATH fds of the host's device nodes (user namespace containers)."""
+    root_fd = _reopen_root(real_path, host_fd, "device root")
+    nodes: dict[str, int] = {}
+    try:
+        for node in plan.devices:
+            fd = securepath.resolve(root_fd, node.path)
+            nodes[node.path] = fd
+            st = os.fstat(fd)
+            if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
+                raise OcihookError(f"device {node.host_path}: changed since it was planned")
+    except OSError as error:
+        for fd in nodes.values():
+            os.close(fd)
+        raise OcihookError(f"device root {real_path}: {error.strerror}") from None
+    except BaseException:
+        for fd in nodes.values():
+            os.close(fd)
+        raise
+    finally:
+        os.close(root_fd)
+    return nodes
+
+
+def classic_flags(mount: Mount) -> int:
+    return (
+        linux.MS_RDONLY
+        | linux.MS_NOSUID
+        | linux.MS_NODEV
+        | (linux.MS_NOEXEC if mount.noexec else 0)
+    )
 
 
 def mount_kinds(mount: Mount) -> tuple[Callable[[int], bool], ...]:
@@ -367,28 +451,53 @@ class ContainerWriter:
         expect: tuple[int, int] | None,
         what: str,
         kinds: tuple[Callable[[int], bool], ...] = (stat.S_ISREG,),
+        classic_flags: int | None = None,
     ) -> None:
-        """Attach the detached mount `tree` at `path`; verify it landed there."""
+        """Attach `tree` at `path` and verify it landed there. `tree` is a detached mount, or
+        with `classic_flags` (kernels without the new mount API) an O_PATH fd of the source,
+        bind-mounted and then remounted with those flags."""
         target = self._mountpoint(path, kinds)
         try:
-            linux.move_mount(
-                tree, "", target, "", linux.MOVE_MOUNT_F_EMPTY_PATH | linux.MOVE_MOUNT_T_EMPTY_PATH
-            )
+            if classic_flags is None:
+                linux.move_mount(
+                    tree,
+                    "",
+                    target,
+                    "",
+                    linux.MOVE_MOUNT_F_EMPTY_PATH | linux.MOVE_MOUNT_T_EMPTY_PATH,
+                )
+            else:
+                linux.mount(
+                    securepath.fd_path(tree), securepath.fd_path(target), None, linux.MS_BIND
+                )
         except OSError as error:
             raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
         finally:
             os.close(target)
-        # Undo through the mount itself (`tree` now stands for the attached mount's root),
-        # not through `path`: a parent swapped in the meantime must not keep our mount alive.
-        self._undo.append(lambda: linux.umount2(securepath.fd_path(tree), linux.MNT_DETACH))
         try:
             check = securepath.resolve(self.root_fd, path, follow_final=False)
         except OSError as error:
             raise OcihookError(f"container {path}: gone after mounting: {error.strerror}") from None
+        # Undo through the mount itself (an fd of the attached mount's root), not through
+        # `path`: a parent swapped in the meantime must not keep our mount alive.
+        handle = tree if classic_flags is None else check
+        self._undo.append(lambda: linux.umount2(securepath.fd_path(handle), linux.MNT_DETACH))
         try:
             st = os.fstat(check)
+            if classic_flags is not None:
+                linux.mount(
+                    None,
+                    securepath.fd_path(check),
+                    None,
+                    linux.MS_REMOUNT | linux.MS_BIND | classic_flags,
+                )
+        except OSError as error:
+            raise OcihookError(
+                f"container {path}: cannot remount read-only: {error.strerror}"
+            ) from None
         finally:
-            os.close(check)
+            if classic_flags is None:
+                os.close(check)
         if expect is not None and (st.st_dev, st.st_ino) != expect:
             raise OcihookError(f"container {path}: the mount did not land where planned")
 

@@ -27,6 +27,7 @@ DEFAULTS: dict = {
     "container": {"lib_dir": "auto", "bin_dir": "/usr/bin"},
     "ldconfig": {"enabled": True, "path": "/sbin/ldconfig"},
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
+    "mount_api": "auto",
     "state_dir": "/run/ocihook",
     "log": {"target": "syslog", "debug": False},
 }

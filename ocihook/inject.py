@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import time
 
-from ocihook import apply, cgroups, ldcache, privileges, record
+from ocihook import apply, cgroups, ldcache, linux, privileges, record
 from ocihook.discover import Roots, build_plan, device_indices
 from ocihook.errors import OcihookError
 from ocihook.plan import Plan
@@ -103,10 +104,13 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
         plan = plan_for(config, roots, request)
         log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
         source_labels = check_source_labels(plan, config, log) if label else {}
-        trees = apply.clone_sources(plan, roots.source_fd)
+        classic = config["mount_api"] == "classic" or not apply.have_new_mount_api()
+        # New mount API: clone the sources on the host now. Classic API: open them in the
+        # container's mount namespace later (a bind mount cannot cross namespaces).
+        trees = [] if classic else apply.clone_sources(plan, roots.source_fd)
         node_trees: dict[str, int] = {}
         try:
-            if container.userns:
+            if container.userns and not classic:
                 node_trees = apply.clone_device_nodes(plan, roots.device_fd)
             ldconfig_fd = (
                 ldcache.open_ldconfig(config["ldconfig"]["path"]) if plan.ldconfig else None
@@ -117,7 +121,15 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
             log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
             try:
                 plan, ldconfig_ran = _apply_in_container(
-                    container, config, plan, trees, node_trees, label, ldconfig_fd, log
+                    container,
+                    config,
+                    plan,
+                    trees,
+                    node_trees,
+                    label,
+                    ldconfig_fd,
+                    log,
+                    roots if classic else None,
                 )
             except BaseException:
                 cgroups.revert_device_edits(target, edits)
@@ -137,10 +149,19 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     return body
 
 
-def _apply_in_container(container, config, plan, trees, node_trees, label, ldconfig_fd, log):
+def _apply_in_container(
+    container, config, plan, trees, node_trees, label, ldconfig_fd, log, classic_roots=None
+):
+    """Everything done inside the container's mount namespace. With `classic_roots` (the
+    classic mount API) the sources are opened there and added to `trees`/`node_trees`."""
     shared = apply.host_superblocks()
     root_fd = apply.enter_container(container.pid, container.rootfs)
     try:
+        if classic_roots is not None:
+            roots = classic_roots
+            trees.extend(apply.open_sources(plan, roots.source_real, roots.source_fd))
+            if container.userns:
+                node_trees.update(apply.open_device_nodes(plan, roots.device_real, roots.device_fd))
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
@@ -156,12 +177,20 @@ def _apply_in_container(container, config, plan, trees, node_trees, label, ldcon
                     (tree.dev, tree.ino),
                     mount.host_path,
                     apply.mount_kinds(mount),
+                    apply.classic_flags(mount) if classic_roots is not None else None,
                 )
             for link in plan.links:
                 writer.link(link)
             for node in plan.devices:
                 if container.userns:
-                    writer.attach(node_trees[node.path], node.path, None, node.host_path)
+                    writer.attach(
+                        node_trees[node.path],
+                        node.path,
+                        None,
+                        node.host_path,
+                        (stat.S_ISREG,),
+                        linux.MS_NOSUID if classic_roots is not None else None,
+                    )
                 else:
                     writer.device_node(node)
             ldconfig_ran = False

@@ -88,9 +88,10 @@ def race_cgroup():
             time.sleep(0.05)
 
 
+@pytest.mark.parametrize("mount_api", ["auto", "classic"])
 @pytest.mark.parametrize("style", ["absolute", "relative"])
 def test_swapped_symlink_never_leads_out_of_the_rootfs(
-    hook_setup, synth_root, tmp_path, race_cgroup, style
+    hook_setup, synth_root, tmp_path, race_cgroup, style, mount_api
 ):
     canary = hostile.make_canary(tmp_path / "canary")
     hook_setup.write_config(
@@ -99,6 +100,7 @@ def test_swapped_symlink_never_leads_out_of_the_rootfs(
             synth_root,
             ldconfig={"enabled": False},
             container={"lib_dir": "/usr/lib64"},
+            mount_api=mount_api,
         )
     )
     before_canary = hostile.snapshot(canary)
