@@ -62,6 +62,20 @@ def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.sta
     return tree, st
 
 
+def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result) -> None:
+    """Append the source (so that it is closed on failure), then check it is still the kind
+    of file that was planned."""
+    sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
+    wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
+    if not wanted(st.st_mode):
+        raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
+
+
+def _check_node(node: DeviceNode, st: os.stat_result) -> None:
+    if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
+        raise OcihookError(f"device {node.host_path}: changed since it was planned")
+
+
 def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
     """Detached read-only mounts of every planned file (host side, before setns)."""
     trees: list[SourceTree] = []
@@ -69,10 +83,7 @@ def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
         for m in plan.mounts:
             attrs = _MOUNT_ATTRS | (linux.MOUNT_ATTR_NOEXEC if m.noexec else 0)
             tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
-            trees.append(SourceTree(m, tree, st.st_dev, st.st_ino))
-            wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
-            if not wanted(st.st_mode):
-                raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
+            _add_source(trees, m, tree, st)
     except BaseException:
         close_trees(trees)
         raise
@@ -88,8 +99,7 @@ def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
                 device_fd, node.path, linux.MOUNT_ATTR_NOSUID, f"device {node.host_path}"
             )
             trees[node.path] = tree
-            if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
-                raise OcihookError(f"device {node.host_path}: changed since it was planned")
+            _check_node(node, st)
     except BaseException:
         for tree in trees.values():
             os.close(tree)
@@ -133,11 +143,7 @@ def open_sources(plan: Plan, real_path: str, host_fd: int) -> list[SourceTree]:
                 fd = securepath.resolve(root_fd, m.source)
             except OSError as error:
                 raise OcihookError(f"source {m.host_path}: {error.strerror}") from None
-            st = os.fstat(fd)
-            sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
-            wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
-            if not wanted(st.st_mode):
-                raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
+            _add_source(sources, m, fd, os.fstat(fd))
     except BaseException:
         close_trees(sources)
         raise
@@ -154,9 +160,7 @@ def open_device_nodes(plan: Plan, real_path: str, host_fd: int) -> dict[str, int
         for node in plan.devices:
             fd = securepath.resolve(root_fd, node.path)
             nodes[node.path] = fd
-            st = os.fstat(fd)
-            if os.major(st.st_rdev) != node.major or os.minor(st.st_rdev) != node.minor:
-                raise OcihookError(f"device {node.host_path}: changed since it was planned")
+            _check_node(node, os.fstat(fd))
     except OSError as error:
         for fd in nodes.values():
             os.close(fd)

@@ -39,14 +39,6 @@ def remove_record(state_dir: str, container_id: str) -> bool:
         return False
 
 
-def read_record(state_dir: str, container_id: str) -> dict | None:
-    try:
-        with open(os.path.join(state_dir, f"{container_id}.json")) as file:
-            return fastjson.loads(file.read())
-    except (OSError, ValueError):
-        return None
-
-
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

@@ -26,11 +26,6 @@ def set_label_at(dirfd: int, name: str, context: str) -> None:
     )
 
 
-def set_label_fd(fd: int, context: str) -> None:
-    """Label the file that the open (not O_PATH) descriptor `fd` refers to."""
-    os.setxattr(fd, XATTR, context.encode() + b"\0")
-
-
 def get_label(path: str, follow_symlinks: bool = False) -> str | None:
     """The label of `path`, or None when it has none."""
     try:
