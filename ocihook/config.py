@@ -42,7 +42,7 @@ PROFILE_DEFAULTS: dict = {
     "driver_version": None,
     "firmware": [],
     "files": [],
-    "devices": {"node": None, "control": [], "access": "rw"},
+    "devices": {"node": None, "nodes": [], "sysfs": None, "control": [], "access": "rw"},
 }
 
 

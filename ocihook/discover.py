@@ -11,7 +11,7 @@ import stat
 
 from ocihook import securepath
 from ocihook.errors import OcihookError
-from ocihook.plan import DeviceNode, Link, Mount, Plan
+from ocihook.plan import Link, Mount, Plan
 
 PLACEHOLDER_LIB_DIR = "/usr/lib64"
 
@@ -264,87 +264,24 @@ def _files(roots: Roots, profile: dict, version: str | None) -> list[Mount]:
     return list(mounts.values())
 
 
-def device_indices(roots: Roots, node_pattern: str | None) -> dict[int, str]:
-    """index -> in-root path of each per-device node that exists under the device root."""
-    if not node_pattern:
-        return {}
-    parent, name = os.path.split(node_pattern)
-    prefix, _, suffix = name.partition("{index}")
-    result = {}
-    for entry in roots.listing(roots.device_fd, parent).entries:
-        digits = entry[len(prefix) : len(entry) - len(suffix)]
-        if (
-            entry.startswith(prefix)
-            and entry.endswith(suffix)
-            and 0 < len(digits) <= 4
-            and digits.isascii()
-            and digits.isdigit()
-        ):
-            result[int(digits)] = f"{parent}/{entry}"
-    return result
-
-
-def _device_node(roots: Roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
-    final = _final(roots.device_fd, inner)
-    if final is None:
-        return None
-    st = final[1]
-    if stat.S_ISCHR(st.st_mode):
-        kind = "c"
-    elif stat.S_ISBLK(st.st_mode):
-        kind = "b"
-    else:
-        raise OcihookError(f"device {host_path(roots.device_root, inner)}: not a device node")
-    return DeviceNode(
-        path=inner,
-        host_path=host_path(roots.device_root, _in_root(roots.device_real, final[0])),
-        type=kind,
-        major=os.major(st.st_rdev),
-        minor=os.minor(st.st_rdev),
-        mode=stat.S_IMODE(st.st_mode),
-        index=index,
-        access=access,
-    )
-
-
-def _devices(roots: Roots, profile: dict, indices: list[int], available: dict[int, str]):
-    spec = profile["devices"]
-    nodes = []
-    for index in indices:
-        node = _device_node(roots, available[index], index, spec["access"])
-        if node is None:
-            raise OcihookError(f"device {available[index]} disappeared")
-        nodes.append(node)
-    for control in spec["control"]:
-        entry = {"path": control} if isinstance(control, str) else control
-        node = _device_node(roots, entry["path"], None, spec["access"])
-        if node is None:
-            if entry.get("optional", False):
-                continue
-            raise OcihookError(
-                f"control device {host_path(roots.device_root, entry['path'])} not found"
-            )
-        nodes.append(node)
-    return nodes
-
-
 def build_plan(
     config: dict,
     roots: Roots,
     indices: list[int],
-    available: dict[int, str],
+    available: dict,
     request: str,
     lib_dir: str = PLACEHOLDER_LIB_DIR,
 ) -> Plan:
-    """Everything the container gets for the device `indices`, checked against `available`
-    (from `device_indices`)."""
+    """Everything the container gets for the device `indices` of `available` (index ->
+    devices.Device, from devices.available_devices)."""
+    from ocihook import devices
     profile = config["profile"]
     version = _driver_version(roots, profile)
     library_mounts, links = _libraries(roots, profile, lib_dir)
     mounts = library_mounts
     mounts += _binaries(roots, profile, config["container"]["bin_dir"])
     mounts += _files(roots, profile, version)
-    if not mounts:
+    if not mounts and (profile["libraries"] or profile["binaries"]):
         raise OcihookError(
             f"profile {profile['name']}: no driver files found in source root {roots.source_root}"
         )
@@ -358,7 +295,8 @@ def build_plan(
         driver_version=version,
         mounts=mounts,
         links=links,
-        devices=_devices(roots, profile, indices, available),
+        devices=devices.plan_nodes(roots, profile["devices"], indices, available),
+        device_list=[available[i] for i in indices],
         ld_dirs=[lib_dir] if library_mounts else [],
         ldconfig=ldconfig,
     )

@@ -8,7 +8,8 @@ import stat
 import time
 
 from ocihook import apply, cgroups, ldcache, linux, privileges, record
-from ocihook.discover import Roots, build_plan, device_indices
+from ocihook.devices import available_devices
+from ocihook.discover import Roots, build_plan
 from ocihook.errors import OcihookError
 from ocihook.plan import Plan
 from ocihook.request import DeviceRequest, select_indices
@@ -30,8 +31,8 @@ def plan_for(
     config: dict, roots: Roots, request: DeviceRequest, lib_dir: str | None = None
 ) -> Plan:
     profile = config["profile"]
-    available = device_indices(roots, profile["devices"]["node"])
-    indices = select_indices(request, sorted(available))
+    available = available_devices(roots, profile["devices"])
+    indices = select_indices(request, available)
     kwargs = {"lib_dir": lib_dir} if lib_dir else {}
     return build_plan(config, roots, indices, available, request.describe(), **kwargs)
 

@@ -51,8 +51,10 @@ class Plan(Struct):
         "devices",
         "ld_dirs",
         "ldconfig",
+        "device_list",
     )
     _defaults = {
+        "device_list": [],
         "driver_version": None,
         "mounts": [],
         "links": [],
@@ -71,6 +73,7 @@ class Plan(Struct):
     devices: list[DeviceNode]
     ld_dirs: list[str]
     ldconfig: bool
+    device_list: list  # devices.Device of each selected index: address, driver, nodes
 
     def with_lib_dir(self, lib_dir: str) -> Plan:
         """The same plan with libraries (and their links) placed in `lib_dir`."""
@@ -98,6 +101,7 @@ class Plan(Struct):
             devices=list(self.devices),
             ld_dirs=ld_dirs,
             ldconfig=self.ldconfig,
+            device_list=list(self.device_list),
         )
 
 
@@ -123,6 +127,12 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {m.kind:<8} {m.target}  <-  {m.host_path}  [{flags}]")
     lines.append(f"links ({len(plan.links)}):")
     lines.extend(f"  {link.target} -> {link.points_to}" for link in plan.links)
+    if plan.device_list:
+        lines.append(f"device indices ({len(plan.device_list)}): index, address, driver, nodes")
+        lines.extend(
+            f"  {d.index:<3} {d.address or '-':<14} {d.driver or '-':<12} {' '.join(d.nodes)}"
+            for d in plan.device_list
+        )
     lines.append(f"devices ({len(plan.devices)}):")
     for d in plan.devices:
         which = f"index {d.index}" if d.index is not None else "control"

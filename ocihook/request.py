@@ -1,4 +1,5 @@
-"""Which devices a container asks for: `all`, `none`/`void`, or a list of indices.
+"""Which devices a container asks for: `all`, `none`/`void`, or a list of indices, ranges,
+PCI addresses (`0000:c1:00.0`) and node names (`renderD129`, `/dev/accel/accel3`).
 
 The request comes from an annotation (default `ocihook.io/devices`) and, only when the
 config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`.
@@ -13,22 +14,30 @@ MAX_REQUEST_LENGTH = 1024
 MAX_INDEX = 4095
 
 
-class DeviceRequest(Struct):
-    """`indices` is None for `all`; an empty tuple means nothing was asked for."""
+MAX_NAME_LENGTH = 255
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+HEX = frozenset("0123456789abcdef")
 
-    __slots__ = ("indices", "origin")
+
+class DeviceRequest(Struct):
+    """`indices` is None for `all`; empty `indices` and `names` mean nothing was asked for.
+    `names` are PCI addresses and node names, resolved against the host's devices later."""
+
+    __slots__ = ("indices", "origin", "names")
+    _defaults = {"names": ()}
 
     indices: tuple[int, ...] | None
     origin: str
+    names: tuple[str, ...]
 
     @property
     def empty(self) -> bool:
-        return self.indices == ()
+        return self.indices == () and not self.names
 
     def describe(self) -> str:
         if self.indices is None:
             return "all"
-        return ",".join(str(i) for i in self.indices) or "none"
+        return ",".join([str(i) for i in self.indices] + list(self.names)) or "none"
 
 
 def _index_or_range(text: str) -> tuple[int, int] | None:
@@ -41,28 +50,67 @@ def _index_or_range(text: str) -> tuple[int, int] | None:
     return int(first), int(last)
 
 
+def pci_address(text: str) -> str | None:
+    """"0000:c1:00.0" (or "c1:00.0", any case) in the kernel's form, else None."""
+    text = text.lower()
+    if len(text) == 7:
+        text = "0000:" + text
+    if (
+        len(text) == 12
+        and text[4] == ":"
+        and text[7] == ":"
+        and text[10] == "."
+        and HEX.issuperset(text[:4] + text[5:7] + text[8:10])
+        and text[11] in "01234567"
+    ):
+        return text
+    return None
+
+
+def _node_name(text: str) -> str | None:
+    """"renderD129" or "/dev/dri/renderD129": a node name (not all digits) or a /dev path."""
+    if not 0 < len(text) <= MAX_NAME_LENGTH:
+        return None
+    parts = text[5:].split("/") if text.startswith("/dev/") else [text]
+    if all(p and p not in (".", "..") and NAME_CHARS.issuperset(p) for p in parts) and not (
+        text.isdigit()
+    ):
+        return text
+    return None
+
+
 def parse_request(value: str, origin: str) -> DeviceRequest:
-    """Parse `all`, `none`, `void`, `` (nothing) or `0,2,4-5` into a request."""
+    """Parse `all`, `none`, `void`, `` (nothing) or a list such as `0,2,4-5`,
+    `0000:c1:00.0,renderD129` into a request."""
     if len(value) > MAX_REQUEST_LENGTH:
         raise OcihookError(f"{origin}: device request longer than {MAX_REQUEST_LENGTH} characters")
-    text = value.strip().lower()
-    if text == "all":
+    text = value.strip()
+    keyword = text.lower()
+    if keyword == "all":
         return DeviceRequest(None, origin)
-    if text in ("", "none", "void"):
+    if keyword in ("", "none", "void"):
         return DeviceRequest((), origin)
     indices: set[int] = set()
-    for item in text.split(","):
-        match = _index_or_range(item.strip())
-        if not match:
+    names: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        match = _index_or_range(item)
+        if match:
+            first, last = match
+            if last < first or last > MAX_INDEX:
+                raise OcihookError(f"{origin}: invalid device range {item!r}")
+            indices.update(range(first, last + 1))
+            continue
+        name = pci_address(item) if ":" in item else _node_name(item)
+        if name is None:
             raise OcihookError(
-                f"{origin}: invalid device request {value!r:.60}: "
-                "expected 'all', 'none' or indices like '0,2' or '0-3'"
+                f"{origin}: invalid device request {value!r:.60}: expected 'all', 'none' or "
+                "a list of indices ('0,2', '0-3'), PCI addresses ('0000:c1:00.0') "
+                "and node names ('renderD129')"
             )
-        first, last = match
-        if last < first or last > MAX_INDEX:
-            raise OcihookError(f"{origin}: invalid device range {item.strip()!r}")
-        indices.update(range(first, last + 1))
-    return DeviceRequest(tuple(sorted(indices)), origin)
+        if name not in names:
+            names.append(name)
+    return DeviceRequest(tuple(sorted(indices)), origin, tuple(names))
 
 
 def requested_devices(
@@ -79,8 +127,31 @@ def requested_devices(
     return DeviceRequest((), "no request")
 
 
-def select_indices(request: DeviceRequest, available: list[int]) -> list[int]:
-    """The indices to inject; an index the host does not have is an error."""
+def _index_of(name: str, available: dict) -> int | None:
+    """The index of the device whose PCI address, node name or node path is `name`."""
+    for index, device in available.items():
+        if name == device.address or any(
+            name == path or name == path.rsplit("/", 1)[-1] for path in device.nodes
+        ):
+            return index
+    return None
+
+
+def _listing(available: dict) -> str:
+    """"0 (0000:c1:00.0 card1 renderD129), 1 (...)": what a request may name."""
+    items = []
+    for index in sorted(available):
+        device = available[index]
+        words = ([device.address] if device.address else []) + [
+            path.rsplit("/", 1)[-1] for path in device.nodes
+        ]
+        items.append(f"{index} ({' '.join(words)})" if words else str(index))
+    return ", ".join(items) or "none"
+
+
+def select_indices(request: DeviceRequest, available: dict) -> list[int]:
+    """The indices to inject (`available`: index -> devices.Device); an index, address or
+    node name the host does not have is an error."""
     if request.indices is None:
         return sorted(available)
     missing = [i for i in request.indices if i not in available]
@@ -90,7 +161,16 @@ def select_indices(request: DeviceRequest, available: list[int]) -> list[int]:
             f"{request.origin}: device index {','.join(map(str, missing))} does not exist "
             f"(available: {have})"
         )
-    return list(request.indices)
+    selected = set(request.indices)
+    for name in request.names:
+        index = _index_of(name, available)
+        if index is None:
+            raise OcihookError(
+                f"{request.origin}: device {name!r:.80} does not exist "
+                f"(available: {_listing(available)[:400]})"
+            )
+        selected.add(index)
+    return sorted(selected)
 
 
 def _covers(devices: object, request: DeviceRequest) -> bool:
@@ -98,6 +178,8 @@ def _covers(devices: object, request: DeviceRequest) -> bool:
         return True
     if request.indices is None or not isinstance(devices, list):
         return False  # `all` is allowed only by an entry with devices: all
+    if request.names:
+        return False  # addresses and node names: only an entry with devices: all covers them
     return set(request.indices) <= set(devices)
 
 

@@ -136,8 +136,18 @@ def test_bad_request_fails_the_container(hook_setup, image_busybox):
     _fails_with(
         hook_setup,
         image_busybox,
+        "gpu 0",
+        "ocihook: annotation ocihook.io/devices: invalid device request 'gpu 0'",
+    )
+
+
+def test_unknown_node_name_fails_the_container(hook_setup, image_busybox):
+    _fails_with(
+        hook_setup,
+        image_busybox,
         "gpu0",
-        "ocihook: annotation ocihook.io/devices: invalid device request 'gpu0'",
+        "ocihook: annotation ocihook.io/devices: device 'gpu0' does not exist "
+        "(available: 0 (synth0), 1 (synth1), 2 (synth2))",
     )
 
 
