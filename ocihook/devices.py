@@ -119,7 +119,7 @@ def _device_of(roots, entry_path: str, drivers: dict[str, str | None]) -> str | 
 
 
 def _is_pci_address(text: str) -> bool:
-    """"0000:c1:00.0": domain:bus:device.function, lower-case hex."""
+    """ "0000:c1:00.0": domain:bus:device.function, lower-case hex."""
     return (
         len(text) == 12
         and text[4] == ":"

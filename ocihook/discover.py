@@ -275,6 +275,7 @@ def build_plan(
     """Everything the container gets for the device `indices` of `available` (index ->
     devices.Device, from devices.available_devices)."""
     from ocihook import devices
+
     profile = config["profile"]
     version = _driver_version(roots, profile)
     library_mounts, links = _libraries(roots, profile, lib_dir)

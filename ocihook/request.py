@@ -51,7 +51,7 @@ def _index_or_range(text: str) -> tuple[int, int] | None:
 
 
 def pci_address(text: str) -> str | None:
-    """"0000:c1:00.0" (or "c1:00.0", any case) in the kernel's form, else None."""
+    """ "0000:c1:00.0" (or "c1:00.0", any case) in the kernel's form, else None."""
     text = text.lower()
     if len(text) == 7:
         text = "0000:" + text
@@ -68,7 +68,7 @@ def pci_address(text: str) -> str | None:
 
 
 def _node_name(text: str) -> str | None:
-    """"renderD129" or "/dev/dri/renderD129": a node name (not all digits) or a /dev path."""
+    """ "renderD129" or "/dev/dri/renderD129": a node name (not all digits) or a /dev path."""
     if not 0 < len(text) <= MAX_NAME_LENGTH:
         return None
     parts = text[5:].split("/") if text.startswith("/dev/") else [text]
@@ -138,7 +138,7 @@ def _index_of(name: str, available: dict) -> int | None:
 
 
 def _listing(available: dict) -> str:
-    """"0 (0000:c1:00.0 card1 renderD129), 1 (...)": what a request may name."""
+    """ "0 (0000:c1:00.0 card1 renderD129), 1 (...)": what a request may name."""
     items = []
     for index in sorted(available):
         device = available[index]

@@ -61,9 +61,7 @@ class FakeHost:
         entry.mkdir(parents=True, exist_ok=True)
         _link(entry / "device", device)
         (entry / "dev").write_text(f"{dev[0]}:{dev[1]}\n")
-        (entry / "uevent").write_text(
-            f"MAJOR={dev[0]}\nMINOR={dev[1]}\nDEVNAME={node or name}\n"
-        )
+        (entry / "uevent").write_text(f"MAJOR={dev[0]}\nMINOR={dev[1]}\nDEVNAME={node or name}\n")
         class_dir = self.root / "sys/class" / cls
         class_dir.mkdir(parents=True, exist_ok=True)
         _link(class_dir / name, entry)
@@ -97,7 +95,9 @@ def amd_server(root: Path) -> Path:
     host.connector(bmc, "card0", "VGA-1")
     for number, address in enumerate(AMD_SERVER_PCI):
         gpu = host.pci_device(address, "amdgpu")
-        host.class_entry(gpu, "drm", f"card{number + 1}", f"dri/card{number + 1}", (DRM, number + 1))
+        host.class_entry(
+            gpu, "drm", f"card{number + 1}", f"dri/card{number + 1}", (DRM, number + 1)
+        )
         host.class_entry(
             gpu, "drm", f"renderD{128 + number}", f"dri/renderD{128 + number}", (DRM, 128 + number)
         )
@@ -171,7 +171,11 @@ def rdma_host(root: Path) -> Path:
             (INFINIBAND, 192 + number),
         )
         host.class_entry(
-            device, "infiniband_mad", f"umad{number}", f"infiniband/umad{number}", (INFINIBAND, number)
+            device,
+            "infiniband_mad",
+            f"umad{number}",
+            f"infiniband/umad{number}",
+            (INFINIBAND, number),
         )
     nic = host.pci_device("0000:5e:00.0", "bnxt_en")
     host.class_entry(nic, "infiniband_verbs", "uverbs2", "infiniband/uverbs2", (INFINIBAND, 194))

@@ -1,0 +1,147 @@
+"""Each vendor profile in real podman + runc containers: the right nodes per device, and a
+device cgroup that allows exactly them.
+
+Stand-in: this machine has no AMD, Intel, Gaudi or RDMA hardware. The device roots are the
+fake hosts of tests/support/fake_hosts.py: sysfs laid out as the kernel lays it out and
+real char nodes with the vendors' majors (drm 226, infiniband 231, accel 261) or typical
+dynamic ones (kfd 511, habanalabs 508), none of which a driver registered here. Opening
+a node in the container therefore tells the device cgroup's answer apart from the
+driver's: EPERM ("Operation not permitted") means the cgroup denied it; ENXIO ("No such
+device or address") means the cgroup allowed it and no driver has that major here; the
+misc node rdma_cm (10:58, no misc driver on that minor here) gives ENODEV ("No such
+device") when allowed. A node of a device that was not requested, bind-mounted by
+podman itself, must give EPERM: the check can fail both ways.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import base_config
+from tests.support import fake_hosts
+
+ENXIO = "No such device or address"
+ENODEV = "No such device"
+EPERM = "Operation not permitted"
+
+# tree, request, nodes the container must get (with the expected open error), a node of
+# another device (not requested) for the control case
+CASES = {
+    "amd-server": (
+        "renderD129",
+        {"/dev/dri/card2": ENXIO, "/dev/dri/renderD129": ENXIO, "/dev/kfd": ENXIO},
+        "/dev/dri/renderD128",
+    ),
+    "intel": (
+        "0000:03:00.0",
+        {"/dev/dri/card1": ENXIO, "/dev/dri/renderD129": ENXIO},
+        "/dev/dri/card0",
+    ),
+    "gaudi-accel": (
+        "0-1",  # (podman 4's --annotation splits values at commas: a range, not a list)
+        {
+            "/dev/accel/accel1": ENXIO,  # index 0 is 0000:19:00.0, which the driver numbered 1
+            "/dev/accel/accel_controlD1": ENXIO,
+            "/dev/accel/accel3": ENXIO,  # index 1 is 0000:1a:00.0, numbered 3
+            "/dev/accel/accel_controlD3": ENXIO,
+        },
+        "/dev/accel/accel0",
+    ),
+    "gaudi-legacy": (
+        "0000:19:00.0",
+        {"/dev/hl1": ENXIO, "/dev/hl_controlD1": ENXIO},
+        "/dev/hl_controlD0",
+    ),
+    "rdma": (
+        "1",
+        {
+            "/dev/infiniband/uverbs1": ENXIO,
+            "/dev/infiniband/umad1": ENXIO,
+            "/dev/infiniband/rdma_cm": ENODEV,
+        },
+        "/dev/infiniband/uverbs0",
+    ),
+}
+
+
+def _open_script(paths: list[str]) -> str:
+    """For each path: 'OPEN <path> ok' or the shell's error line, then the nodes listed."""
+    opens = "; ".join(f"(exec 3<>{p}) 2>&1 && echo 'OPEN {p} ok'" for p in paths)
+    return f"{opens}; find /dev -type c | sort"
+
+
+def _outcome(output: str, path: str) -> str:
+    for line in output.splitlines():
+        if f" {path}: " in line or f"OPEN {path} " in line:
+            return line
+    raise AssertionError(f"no outcome for {path} in:\n{output}")
+
+
+@pytest.fixture
+def vendor_host(hook_setup, tmp_path_factory, synth_root):
+    """Configure the hook for one fake host; returns (tree root, run)."""
+
+    def setup(tree: str, **overrides):
+        profile, build = fake_hosts.TREES[tree]
+        root = build(tmp_path_factory.mktemp("host") / tree)
+        root.chmod(0o755)
+        settings = base_config(hook_setup.dir, synth_root, profile=profile, **overrides)
+        settings["source_root"] = settings["device_root"] = str(root)
+        hook_setup.write_config(**settings)
+        return root
+
+    assert fake_hosts.unregistered_majors() == {226, 231, 261, 508, 511}, (
+        "a driver of this machine registered one of the fake hosts' majors: "
+        "open() would reach it instead of failing with ENXIO"
+    )
+    return setup
+
+
+@pytest.mark.parametrize("tree", sorted(CASES))
+def test_profile_injects_requested_nodes_and_cgroup_allows_only_them(
+    tree, vendor_host, hook_setup, image_busybox
+):
+    request, expected, other = CASES[tree]
+    root = vendor_host(tree)
+    result = hook_setup.run(
+        image_busybox,
+        ["/bin/sh", "-c", _open_script([*expected, other])],
+        devices=request,
+        extra=["-v", f"{root}{other}:{other}"],
+    )
+    assert result.returncode == 0, result.stderr
+    for path, error in expected.items():
+        assert _outcome(result.stdout, path).endswith(error), result.stdout
+    assert _outcome(result.stdout, other).endswith(EPERM), result.stdout
+    listed = {line for line in result.stdout.splitlines() if line.startswith("/dev/")}
+    vendor_nodes = {
+        p
+        for p in listed
+        if p.startswith(("/dev/dri", "/dev/accel", "/dev/hl", "/dev/infin", "/dev/kfd"))
+    }
+    assert vendor_nodes == {*expected, other}
+
+
+def test_amd_env_request_with_the_vendor_variable(vendor_host, hook_setup, image_busybox):
+    """AMD_VISIBLE_DEVICES (the AMD container toolkit's variable), when the config opts in."""
+    vendor_host(
+        "amd-server", request={"env": True, "annotation": "ocihook.io/devices", "allow": []}
+    )
+    from tests.support import podman
+
+    podman.write_hooks_dir(
+        hook_setup.hooks_dir,
+        hook_setup.hook,
+        hook_setup.config,
+        hook_setup.cache_dir,
+        gate="always",
+    )
+    result = hook_setup.run(
+        image_busybox,
+        ["/bin/sh", "-c", _open_script(["/dev/dri/card1", "/dev/dri/renderD128", "/dev/kfd"])],
+        extra=["-e", "AMD_VISIBLE_DEVICES=1"],
+    )
+    assert result.returncode == 0, result.stderr
+    for path in ("/dev/dri/card1", "/dev/dri/renderD128", "/dev/kfd"):
+        assert _outcome(result.stdout, path).endswith(ENXIO), result.stdout
+    assert "/dev/dri/card2" not in result.stdout
