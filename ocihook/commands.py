@@ -57,7 +57,8 @@ def poststop(config_path: str, cache_dir: str) -> None:
     "--devices",
     default="all",
     show_default=True,
-    help="The request to plan for: all, none, or indices such as 0,2.",
+    help="The request to plan for: all, none, or a list of indices (0,2 or 0-3), PCI "
+    "addresses (0000:c1:00.0) and node names (renderD129).",
 )
 @click.option(
     "--lib-dir",
@@ -76,9 +77,10 @@ def plan(
 ) -> None:
     """Show what a container asking for DEVICES would get, without touching anything.
 
-    Lists every bind mount (source, container path, flags), soname link, device node
-    (type, major:minor, mode, cgroup access) and ld cache dir, resolved against the
-    configured source root exactly as the hook resolves it.
+    Lists every bind mount (source, container path, flags), soname link, device index
+    (PCI address, kernel driver, nodes), device node (type, major:minor, mode, cgroup
+    access) and ld cache dir, resolved against the configured source and device roots
+    exactly as the hook resolves them.
     """
     from ocihook import apply, securepath
     from ocihook.discover import Roots
