@@ -145,3 +145,20 @@ def test_amd_env_request_with_the_vendor_variable(vendor_host, hook_setup, image
     for path in ("/dev/dri/card1", "/dev/dri/renderD128", "/dev/kfd"):
         assert _outcome(result.stdout, path).endswith(ENXIO), result.stdout
     assert "/dev/dri/card2" not in result.stdout
+
+
+def test_userns_container_gets_the_host_nodes_bind_mounted(vendor_host, hook_setup, image_busybox):
+    """With a user namespace the hook bind-mounts the host's nodes (in subdirectories such as
+    /dev/dri here) instead of mknod; the cgroup still decides: ENXIO for the requested GPU."""
+    vendor_host("amd-server")
+    nodes = ["/dev/dri/card1", "/dev/dri/renderD128", "/dev/kfd"]
+    result = hook_setup.run(
+        image_busybox,
+        ["/bin/sh", "-c", _open_script(nodes) + "; grep -c ' /dev/dri/' /proc/self/mountinfo"],
+        devices="0000:c1:00.0",
+        extra=["--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536"],
+    )
+    assert result.returncode == 0, result.stderr
+    for path in nodes:
+        assert _outcome(result.stdout, path).endswith(ENXIO), result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "2"  # card1 and renderD128 are bind mounts
