@@ -62,3 +62,16 @@ def test_status_finds_device_nodes(tmp_path) -> None:
     assert status.devices == [str(dev / "synth0")]
     assert status.mislabelled_total == 1
     assert status.mislabelled[0].expected.endswith(":ocihook_device_t:s0")
+
+
+def test_status_finds_gaudi_nodes(tmp_path) -> None:
+    """/dev/accel/* and /dev/hl* are the module's too (ocihook.fc); /dev/dri is not."""
+    dev = tmp_path / "dev"
+    for sub in ("accel", "dri"):
+        (dev / sub).mkdir(parents=True)
+    for path in ("accel/accel0", "accel/accel_controlD0", "hl1", "hl_controlD1", "dri/card0"):
+        os.mknod(dev / path, 0o600 | 0o020000, os.makedev(10, 237))
+    status = collect(dev=str(dev))
+    assert status.devices == [
+        str(dev / p) for p in ("accel/accel0", "accel/accel_controlD0", "hl1", "hl_controlD1")
+    ]

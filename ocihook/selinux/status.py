@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,10 @@ MODULE = "ocihook"
 SELINUX_CONFIG = Path("/etc/selinux/config")
 STORE_ROOT = Path("/var/lib/selinux")
 # Device nodes that selinux/ocihook.fc labels.
-DEVICE_RE = re.compile(r"^(nvidia[0-9]+|nvidiactl|nvidia-uvm.*|synth[0-9]+|synthctl)$")
+DEVICE_RE = re.compile(
+    r"^(nvidia[0-9]+|nvidiactl|nvidia-uvm.*|synth[0-9]+|synthctl|hl[0-9]+|hl_controlD[0-9]+)$"
+)
+ACCEL_DIR = "accel"  # every char node in /dev/accel is ocihook_device_t (ocihook.fc)
 # name -> what it does for ocihook (container-selinux and refpolicy spell them alike).
 BOOLEANS = {
     "ocihook_use_vendor_devices": "containers may use vendor-typed nodes "
@@ -110,7 +114,15 @@ def device_nodes(dev: str = "/dev") -> list[str]:
         names = os.listdir(dev)
     except OSError:
         return []
-    return sorted(os.path.join(dev, name) for name in names if DEVICE_RE.match(name))
+    found = [os.path.join(dev, name) for name in names if DEVICE_RE.match(name)]
+    try:
+        accel = os.path.join(dev, ACCEL_DIR)
+        found += [
+            e.path for e in os.scandir(accel) if stat.S_ISCHR(e.stat(follow_symlinks=False).st_mode)
+        ]
+    except OSError:
+        pass
+    return sorted(found)
 
 
 def check_labels(paths: list[str], status: Status, limit: int, dev_ctx: str) -> None:
