@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import stat
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
