@@ -162,3 +162,35 @@ def test_userns_container_gets_the_host_nodes_bind_mounted(vendor_host, hook_set
     for path in nodes:
         assert _outcome(result.stdout, path).endswith(ENXIO), result.stdout
     assert result.stdout.strip().splitlines()[-1] == "2"  # card1 and renderD128 are bind mounts
+
+
+def test_nvidia_profile_on_the_common_schema(
+    hook_setup, tmp_path_factory, synth_root, image_busybox
+):
+    """nvidia: `nodes: [/dev/nvidia{index}]` plus control nodes, selected by node name, with
+    its (dummy) libraries mounted. Stand-in: 195 and 510 are no registered majors here."""
+    from tests.test_plan import nvidia_tree
+
+    root = nvidia_tree(tmp_path_factory.mktemp("nv") / "driver")
+    root.chmod(0o755)
+    settings = base_config(
+        hook_setup.dir, synth_root, profile="nvidia", ldconfig={"enabled": False}
+    )
+    settings["source_root"] = settings["device_root"] = str(root)
+    hook_setup.write_config(**settings)
+    nodes = ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    result = hook_setup.run(
+        image_busybox,
+        [
+            "/bin/sh",
+            "-c",
+            _open_script([*nodes, "/dev/nvidia0"]) + "; find /usr -name 'libcuda.so.*'",
+        ],
+        devices="nvidia1",
+        extra=["-v", f"{root}/dev/nvidia0:/dev/nvidia0"],
+    )
+    assert result.returncode == 0, result.stderr
+    for path in nodes:
+        assert _outcome(result.stdout, path).endswith(ENXIO), result.stdout
+    assert _outcome(result.stdout, "/dev/nvidia0").endswith(EPERM), result.stdout
+    assert "libcuda.so.550.54.14" in result.stdout
