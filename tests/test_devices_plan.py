@@ -226,3 +226,45 @@ def test_devices_only_profile_needs_no_driver_files(tmp_path):
     document = plan_json(config, "all")
     assert document["mounts"] == [] and document["ldconfig"] is False
     assert len(document["devices"]) == 4
+
+
+def _real_numbered_class_entry() -> tuple[str, str, str, str, str] | None:
+    """(class, name prefix, number, device dir name, driver) of a class entry of this
+    machine's own /sys with a /dev node, a parent device and a bound driver."""
+    for cls in sorted(os.listdir("/sys/class")):
+        for name in sorted(os.listdir(f"/sys/class/{cls}")):
+            entry = f"/sys/class/{cls}/{name}"
+            prefix = name.rstrip("0123456789")
+            if not (prefix and prefix != name and prefix.isalpha()):
+                continue
+            if not all(os.path.exists(f"{entry}/{p}") for p in ("dev", "device/driver")):
+                continue
+            if not os.path.exists(f"/dev/{name}"):
+                continue
+            device = os.path.basename(os.path.realpath(f"{entry}/device"))
+            driver = os.path.basename(os.path.realpath(f"{entry}/device/driver"))
+            return cls, prefix, name[len(prefix) :], device, driver
+    return None
+
+
+def test_enumeration_reads_the_real_kernel_sysfs(tmp_path):
+    """Not a stand-in: the same code on this machine's own /sys and /dev (device_root /),
+    for whatever class device with a bound driver the machine has (a serial port here),
+    agrees with the kernel's own links and `dev` file."""
+    found = _real_numbered_class_entry()
+    assert found, "no numbered class device with a driver in /sys/class on this machine"
+    cls, prefix, number, device, driver = found
+    config = tmp_path / "config.yaml"
+    profile = {
+        "name": "real",
+        "devices": {
+            "sysfs": {"classes": [cls], "drivers": [driver]},
+            "nodes": [f"/dev/{prefix}{{n}}"],
+        },
+    }
+    config.write_text(yaml.safe_dump({"profile": profile, "source_root": "/"}))
+    document = plan_json(config, f"{prefix}{number}")
+    assert [(d["address"], d["driver"]) for d in document["device_list"]] == [(device, driver)]
+    node = next(d for d in document["devices"] if d["path"] == f"/dev/{prefix}{number}")
+    with open(f"/sys/class/{cls}/{prefix}{number}/dev") as dev:
+        assert f"{node['major']}:{node['minor']}" == dev.read().strip()
