@@ -152,6 +152,26 @@ def check(config_path: str, hooks_dirs: tuple[str, ...]) -> None:
         raise SystemExit(1)
 
 
+def _check_devices(config: dict, device_list: list, ok, bad) -> None:
+    """One line per device the profile finds (index, address, driver, nodes); none is wrong."""
+    spec = config["profile"]["devices"]
+    patterns = ([spec["node"]] if spec["node"] else []) + spec["nodes"]
+    if not patterns:
+        return  # a profile without per-device nodes
+    if not device_list:
+        sysfs = spec["sysfs"]
+        if sysfs:
+            where = f"sysfs classes {', '.join(sysfs['classes'])}"
+            if sysfs.get("drivers"):
+                where += f", drivers {', '.join(sysfs['drivers'])}"
+        else:
+            where = f"nodes {', '.join(patterns)}"
+        name = config["profile"]["name"]
+        bad(f"device root {config['device_root']}: no device of profile {name} ({where})")
+    for d in device_list:
+        ok(f"device {d.index}: {d.address or '-'} {d.driver or '-'} {' '.join(d.nodes)}")
+
+
 def _check_driver(config: dict, ok, bad) -> None:
     from ocihook.discover import Roots
     from ocihook.inject import plan_for
@@ -164,6 +184,7 @@ def _check_driver(config: dict, ok, bad) -> None:
             f"source root {config['source_root']}: {len(result.mounts)} files, "
             f"{len(result.links)} links, {len(result.devices)} device nodes"
         )
+        _check_devices(config, result.device_list, ok, bad)
     except OcihookError as error:
         bad(str(error))
     ldconfig = config["ldconfig"]

@@ -268,3 +268,30 @@ def test_enumeration_reads_the_real_kernel_sysfs(tmp_path):
     node = next(d for d in document["devices"] if d["path"] == f"/dev/{prefix}{number}")
     with open(f"/sys/class/{cls}/{prefix}{number}/dev") as dev:
         assert f"{node['major']}:{node['minor']}" == dev.read().strip()
+
+
+def _check(config: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+        + ["--hooks-dir", str(config.parent / "no-hooks")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    return result.stdout
+
+
+def test_check_lists_each_device(tmp_path):
+    config, _ = write_config(tmp_path, "amd-server")
+    out = _check(config)
+    assert "ok      device 0: 0000:41:00.0 amdgpu /dev/dri/card2 /dev/dri/renderD129\n" in out
+    assert "ok      device 1: 0000:c1:00.0 amdgpu /dev/dri/card1 /dev/dri/renderD128\n" in out
+
+
+def test_check_fails_when_the_profile_finds_no_device(tmp_path):
+    """The amd server under the intel profile: its DRM devices are ast and amdgpu."""
+    config, root = write_config(tmp_path, "amd-server", profile="intel")
+    assert (
+        f"FAILED  device root {root}: no device of profile intel "
+        "(sysfs classes drm, drivers i915, xe)\n"
+    ) in _check(config)
