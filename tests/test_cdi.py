@@ -33,9 +33,7 @@ RUNTIME_SPEC_DIR = Path("/var/run/cdi")
 
 
 def ocihook(*args: str, stdin: bytes | None = None, env: dict | None = None):
-    return subprocess.run(
-        [OCIHOOK, *args], input=stdin, capture_output=True, timeout=120, env=env
-    )
+    return subprocess.run([OCIHOOK, *args], input=stdin, capture_output=True, timeout=120, env=env)
 
 
 @pytest.fixture
@@ -87,7 +85,9 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     assert spec["kind"] == "ocihook.io/synthetic"
     assert spec["cdiVersion"] == "0.5.0"
     assert [d["name"] for d in spec["devices"]] == ["0", "1", "2", "all"]
-    nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]}
+    nodes = {
+        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
+    }
     assert nodes == {
         "0": ["/dev/synth0"],
         "1": ["/dev/synth1"],
@@ -125,7 +125,10 @@ def test_lib_dir_option_moves_libraries_and_links(cdi_config):
 def test_minimum_version_follows_the_features_used():
     base = {"kind": "a.b/c", "devices": [{"name": "gpu", "containerEdits": {}}]}
     assert cdispec.minimum_version(base) == "0.3.0"
-    typed = {**base, "containerEdits": {"mounts": [{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]}}
+    typed = {
+        **base,
+        "containerEdits": {"mounts": [{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]},
+    }
     assert cdispec.minimum_version(typed) == "0.4.0"
     digit = {**base, "devices": [{"name": "0", "containerEdits": {}}]}
     assert cdispec.minimum_version(digit) == "0.5.0"
@@ -156,7 +159,9 @@ def test_schema_refuses_broken_specs(cdi_config, change, message):
 
 def test_output_is_written_atomically_in_both_formats(cdi_config, tmp_path):
     out = tmp_path / "cdi"
-    result = ocihook("cdi", "generate", "--config", str(cdi_config), "--output", str(out / "x.json"))
+    result = ocihook(
+        "cdi", "generate", "--config", str(cdi_config), "--output", str(out / "x.json")
+    )
     assert result.returncode == 0, result.stderr.decode()
     written = json.loads((out / "x.json").read_text())
     assert written["kind"] == "ocihook.io/synthetic"
@@ -207,7 +212,9 @@ def test_podman_all_and_without_device(cdi_config, kind, image_debian):
     every = run(image_debian, f"{kind[0]}=all", "ls /dev | grep synth")
     assert every.returncode == 0, every.stderr
     assert every.stdout.split() == ["synth-uvm", "synth0", "synth1", "synth2", "synthctl"]
-    none = run(image_debian, None, "ls /dev /usr/lib/x86_64-linux-gnu; grep -c synth /etc/ld.so.cache")
+    none = run(
+        image_debian, None, "ls /dev /usr/lib/x86_64-linux-gnu; grep -c synth /etc/ld.so.cache"
+    )
     assert none.stdout.split()[-1] == "0", none.stderr
     assert "synth" not in none.stdout
 
@@ -218,7 +225,8 @@ def test_busybox_image_runs_without_ld_cache(cdi_config, kind, image_busybox):
     result = run(
         image_busybox,
         f"{kind[0]}=0",
-        "readlink /usr/lib/x86_64-linux-gnu/libsynth.so.1; test -e /etc/ld.so.cache || echo NOCACHE",
+        "readlink /usr/lib/x86_64-linux-gnu/libsynth.so.1;"
+        " test -e /etc/ld.so.cache || echo NOCACHE",
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["libsynth.so.1.2.3", "NOCACHE"]

@@ -103,7 +103,9 @@ def generate(
         return
     if not output.endswith((".yaml", ".json")):
         raise OcihookError(f"--output {output}: runtimes read only *.yaml and *.json spec files")
-    cdispec.write_atomic(output, text)
+    from ocihook.atomic import write_atomic
+
+    write_atomic(output, text)
     names = ", ".join(f"{kind}={d['name']}" for d in spec["devices"])
     click.echo(f"wrote {output} (cdiVersion {spec['cdiVersion']}): {names}", err=True)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 
 from ocihook.errors import OcihookError
 from ocihook.plan import Plan
@@ -182,24 +181,3 @@ def render(spec: dict, fmt: str) -> str:
     import yaml
 
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
-
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and a rename:
-    a reader (the runtime's CDI cache, NFD) sees the old file or the new one, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
