@@ -12,6 +12,7 @@ expiry makes the labels vanish when the writer (the DaemonSet) is gone.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import signal
 import subprocess
@@ -44,7 +45,11 @@ def check_passes(config_path: str, hooks_dirs: tuple[str, ...]) -> bool:
     args = [sys.executable, "-m", "ocihook.cli", "check", "--config", config_path]
     for directory in hooks_dirs:
         args += ["--hooks-dir", directory]
-    result = subprocess.run(args, capture_output=True, timeout=120)
+    # The same ocihook as this one, wherever it was imported from (an installer's lib dir).
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run(args, capture_output=True, timeout=120, env=env)
     return result.returncode == 0
 
 
