@@ -107,7 +107,8 @@ def test_install_upgrade_uninstall_idempotent_and_clean(node):
     hook = root / "opt/ocihook/bin/ocihook-hook"
     assert hook.read_text().startswith("#!/usr/bin/python3 -I\n")
     registration = json.loads((root / "etc/containers/oci/hooks.d/ocihook.json").read_text())
-    assert registration["hook"]["path"] == "/opt/ocihook/bin/ocihook-hook"
+    # /opt is a link to var/opt on this node: the registration names the real place.
+    assert registration["hook"]["path"] == "/var/opt/ocihook/bin/ocihook-hook"
     assert registration["when"]["annotations"] == {r"^ocihook\.io/devices$": ".+"}
     config = (root / "etc/ocihook/config.yaml").read_text()
     assert config.startswith(MANAGED)
@@ -196,9 +197,10 @@ def test_daemonset_run_labels_the_node_writes_cdi_and_cleans_up_on_stop(node):
             "ocihook.io/selinux": "disabled",
             "ocihook.io/ready": "true",
         }
-        spec = yaml.safe_load((node.root / "var/run/cdi/ocihook.yaml").read_text())
+        # /var/run -> /run (absolute): the spec is in the node's /run, not the pod's.
+        spec = yaml.safe_load((node.root / "run/cdi/ocihook.yaml").read_text())
         assert spec["kind"] == "ocihook.io/synthetic"
-        assert spec["containerEdits"]["hooks"][0]["path"] == "/opt/ocihook/bin/ocihook"
+        assert spec["containerEdits"]["hooks"][0]["path"] == "/var/opt/ocihook/bin/ocihook"
         # A broken ConfigMap shows on the next tick.
         node.write_configmap(source_root="/srv/missing")
         ok(node.installer("install"))

@@ -141,7 +141,7 @@ def create_symlinks(links: tuple[str, ...]) -> None:
     from ocihook.cdi import hooks
 
     parsed = [hooks.parse_link(value) for value in links]
-    hooks.create_symlinks(hooks.read_container(), parsed)
+    _as_hook(lambda: hooks.create_symlinks(hooks.read_container(), parsed))
 
 
 @cdi_hook.command("update-ldcache")
@@ -163,4 +163,16 @@ def update_ldcache(folders: tuple[str, ...], ldconfig_path: str) -> None:
     """Update the container's ld cache for FOLDERs (glibc images; others are left alone)."""
     from ocihook.cdi import hooks
 
-    hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders))
+    _as_hook(lambda: hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders)))
+
+
+def _as_hook(action) -> None:
+    """The hook's error contract: expected failures are one `ocihook: ...` line and exit 1
+    (OcihookError, through ocihook.cli.main), anything else one line and exit 2."""
+    try:
+        action()
+    except OcihookError:
+        raise
+    except Exception as error:
+        click.echo(f"ocihook: internal error: {type(error).__name__}: {error}", err=True)
+        sys.exit(2)

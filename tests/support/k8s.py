@@ -82,7 +82,8 @@ def installer_image(root: Path, name: str) -> str:
 def host_root(root: Path, synth_root: Path) -> Path:
     """A node's root file system in miniature: /usr/bin/python3 with its stdlib and libraries,
     busybox, the host's static ldconfig, the synthetic driver under /srv/synth, and a
-    stand-in `semodule` that keeps its module store in /var/lib/selinux-standin."""
+    stand-in `semodule` that keeps its module store in /var/lib/selinux-standin; /var/run and
+    /opt are symlinks (absolute and relative) as on Debian and RHCOS."""
     _copy(Path(PYTHON), root / "usr/bin/python3")
     for lib in PYTHON_LIBS:
         _copy(Path(lib), root / lib.lstrip("/"))
@@ -104,8 +105,11 @@ def host_root(root: Path, synth_root: Path) -> Path:
     _copy(Path("/sbin/ldconfig"), root / "sbin/ldconfig")
     (root / "srv").mkdir()
     subprocess.run(["cp", "-a", str(synth_root), str(root / "srv/synth")], check=True)
-    for d in ("etc", "opt", "run", "tmp", "proc", "dev", "var/lib/selinux-standin"):
+    for d in ("etc", "var/opt", "run", "tmp", "proc", "dev", "var/lib/selinux-standin"):
         (root / d).mkdir(parents=True, exist_ok=True)
+    # Links as nodes have them: Debian's absolute /var/run -> /run, RHCOS's /opt -> var/opt.
+    os.symlink("/run", root / "var/run")
+    os.symlink("var/opt", root / "opt")
     (root / "usr/sbin").mkdir(parents=True, exist_ok=True)
     standin = root / "usr/sbin/semodule"
     standin.write_text(
