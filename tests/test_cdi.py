@@ -308,3 +308,26 @@ def test_cdi_hook_bad_input_is_one_line(tmp_path):
     nopid = ocihook("cdi-hook", "update-ldcache", "--folder", "/usr/lib", stdin=state, env=env)
     assert nopid.returncode == 1
     assert nopid.stderr.decode().startswith("ocihook: ")
+
+
+def test_hooks_never_see_the_containers_environment(cdi_config, kind, image_debian, tmp_path):
+    """CVE-2025-23266: a createContainer hook without an `env` of its own inherits the
+    container's environment from runc (LD_PRELOAD runs code as host root). Control first:
+    the same spec without the hooks' env fires the trap; the generated spec does not."""
+    marker = tmp_path / "trap" / "MARKER"
+    trap = hostile.preload_trap(tmp_path / "trap", marker)
+    path = install(cdi_config, kind)
+    spec = yaml.safe_load(path.read_text())
+    for hook in spec["containerEdits"]["hooks"]:
+        hook.pop("env")
+    generated = path.read_text()
+    path.write_text(yaml.safe_dump(spec))
+    command = ["-e", f"LD_PRELOAD={trap}", "--device", f"{kind[0]}=0"]
+    control = podman.run(image_debian, ["true"], extra=command)
+    assert control.returncode == 0, control.stderr
+    assert marker.exists(), "without an env the hook inherits the container's LD_PRELOAD"
+    marker.unlink()
+    path.write_text(generated)
+    result = podman.run(image_debian, ["true"], extra=command)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
