@@ -141,14 +141,22 @@ def test_install_upgrade_uninstall_idempotent_and_clean(node):
 
 def test_selinux_module_loaded_and_removed(node):
     (node.selinuxfs / "enforce").write_text("1")
+    store = node.root / "var/lib/selinux-standin"
+    restorecon = node.root / "usr/sbin/restorecon"  # a stand-in that logs its arguments
+    restorecon.write_text('#!/bin/sh\necho "$@" >> /var/lib/selinux-standin/restorecon.log\n')
+    restorecon.chmod(0o755)
     pristine = node.snapshot()
     out = ok(node.installer("install"))
     assert "loaded SELinux module ocihook" in out
-    store = node.root / "var/lib/selinux-standin"
     assert (store / "ocihook").read_bytes() == b"stand-in policy package\n"
+    calls = (store / "restorecon.log").read_text().splitlines()
+    assert calls[0] == "-R /var/opt/ocihook /etc/ocihook /etc/containers/oci/hooks.d"
+    assert calls[1] == "/dev/nvidia* /dev/synth*"  # no such nodes in this host root
     ok(node.installer("install"))
     ok(node.installer("uninstall"))
     assert not (store / "ocihook").exists()
+    assert (store / "restorecon.log").read_text().splitlines()[-1] == "/dev/nvidia* /dev/synth*"
+    (store / "restorecon.log").unlink()
     assert node.snapshot() == pristine
 
 

@@ -107,6 +107,8 @@ def host_root(root: Path, synth_root: Path) -> Path:
     subprocess.run(["cp", "-a", str(synth_root), str(root / "srv/synth")], check=True)
     for d in ("etc", "var/opt", "run", "tmp", "proc", "dev", "var/lib/selinux-standin"):
         (root / d).mkdir(parents=True, exist_ok=True)
+    os.mknod(root / "dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chmod(root / "dev/null", 0o666)
     # Links as nodes have them: Debian's absolute /var/run -> /run, RHCOS's /opt -> var/opt.
     os.symlink("/run", root / "var/run")
     os.symlink("var/opt", root / "opt")
