@@ -49,8 +49,14 @@ def kind():
     """A kind of this test's own in /var/run/cdi (podman reads no other dir); removed after."""
     name = f"ocihook.io/t{uuid.uuid4().hex[:12]}"
     path = RUNTIME_SPEC_DIR / (name.replace("/", "_") + ".yaml")
+    existed = RUNTIME_SPEC_DIR.exists()
     yield name, path
     path.unlink(missing_ok=True)
+    if not existed:
+        try:
+            RUNTIME_SPEC_DIR.rmdir()
+        except OSError:
+            pass  # another run's spec is in it
 
 
 def generate(config: Path, *extra: str) -> dict:
