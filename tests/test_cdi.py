@@ -337,3 +337,38 @@ def test_hooks_never_see_the_containers_environment(cdi_config, kind, image_debi
     result = podman.run(image_debian, ["true"], extra=command)
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
+
+
+def test_cdi_hook_as_a_prestart_hook_joins_the_container(tmp_path, image_debian):
+    """Run from outside the container (a hooks.d prestart hook, in the runtime's namespaces),
+    cdi-hook joins the container's mount namespace and creates the links as the container's
+    root: with a user namespace, owned by the mapped uid (root inside)."""
+    hooks = tmp_path / "hooks.d"
+    hooks.mkdir()
+    (hooks / "links.json").write_text(
+        json.dumps(
+            {
+                "version": "1.0.0",
+                "hook": {
+                    "path": OCIHOOK,
+                    "args": ["ocihook", "cdi-hook", "create-symlinks",
+                             "--link", "libx.so.1.2::/usr/lib/x86_64-linux-gnu/libx.so.1"],
+                    "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+                },
+                "when": {"annotations": {"^ocihook-test/links$": "yes"}},
+                "stages": ["prestart"],
+            }
+        )
+    )  # fmt: skip
+    command = ["/bin/sh", "-c", "stat -c '%u %N' /usr/lib/x86_64-linux-gnu/libx.so.1"]
+    for userns in ([], ["--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536"]):
+        result = podman.run(
+            image_debian,
+            command,
+            hooks_dir=hooks,
+            extra=["--annotation", "ocihook-test/links=yes", *userns],
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [
+            "0", "'/usr/lib/x86_64-linux-gnu/libx.so.1'", "->", "'libx.so.1.2'",
+        ]  # fmt: skip
