@@ -18,6 +18,9 @@ SUBCOMMANDS = {
     "check": "ocihook.commands:check",
     "selinux": "ocihook.selinux.cli:selinux",
     "audit": "ocihook.audit.cli:audit",
+    "cdi": "ocihook.cdi.cli:cdi",
+    "cdi-hook": "ocihook.cdi.cli:cdi_hook",
+    "features": "ocihook.features:features",
 }
 
 

@@ -1,0 +1,178 @@
+"""`ocihook cdi generate` and `ocihook cdi-hook ...` (the hooks a generated spec names)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+from ocihook.commands import config_option
+from ocihook.errors import OcihookError
+
+SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+def _default_hook_path() -> str:
+    """The ocihook executable running now (as invoked), else the one on PATH."""
+    for candidate in (sys.argv[0], "ocihook"):
+        found = shutil.which(candidate)
+        if found and os.path.basename(found) == "ocihook":
+            return os.path.abspath(found)
+    return "/usr/bin/ocihook"
+
+
+@click.group()
+def cdi() -> None:
+    """Container Device Interface (CDI) specs, for runtimes that read no hooks.d (containerd)
+    or where declarative devices are wanted (podman --device VENDOR/CLASS=N)."""
+
+
+@cdi.command()
+@config_option
+@click.option(
+    "--output",
+    "-o",
+    default="-",
+    show_default=True,
+    help="Spec file to write atomically (e.g. /etc/cdi/ocihook.yaml or /var/run/cdi/...), "
+    "or a directory (the file is then KIND with '/' as '_'); '-' prints it.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["yaml", "json"]),
+    default=None,
+    help="Output format (default: from the file's extension, else yaml).",
+)
+@click.option("--kind", default=None, help="VENDOR/CLASS of the devices [ocihook.io/<profile>].")
+@click.option(
+    "--lib-dir",
+    default=None,
+    help="Container library dir. A CDI spec is static, so the image layout cannot be "
+    "detected: the config's container.lib_dir, or with 'auto' the dir the libraries "
+    "have in the source root (the host's layout; the ld cache hook lists it).",
+)
+@click.option(
+    "--hook-path",
+    default=None,
+    help="Absolute path of the ocihook executable the runtime runs for the createContainer "
+    "hooks [the ocihook found on PATH].",
+)
+def generate(
+    config_path: str,
+    output: str,
+    fmt: str | None,
+    kind: str | None,
+    lib_dir: str | None,
+    hook_path: str | None,
+) -> None:
+    """Write a CDI spec for the configured profile and source root.
+
+    One device per index (VENDOR/CLASS=0, =1, ...) and `all`; shared edits for every
+    device: the driver files as read-only bind mounts, the control device nodes, and
+    createContainer hooks that run `ocihook cdi-hook` for the soname links and the ld
+    cache. cdiVersion is the lowest version the features used need (0.5.0: device
+    nodes with hostPath, names starting with a digit), which podman 4.3 accepts.
+    The spec is validated against ocihook's CDI schema before it is written.
+    """
+    from ocihook.cdi import spec as cdispec
+    from ocihook.config import compile_config
+    from ocihook.discover import Roots
+    from ocihook.inject import plan_for
+    from ocihook.request import parse_request
+
+    config, _ = compile_config(config_path)
+    hook_path = hook_path or _default_hook_path()
+    if not os.path.isabs(hook_path):
+        raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        plan = plan_for(config, roots, parse_request("all", "cdi generate"))
+    plan = plan.with_lib_dir(_lib_dir(plan, lib_dir or config["container"]["lib_dir"]))
+    kind = kind or cdispec.default_kind(config["profile"]["name"])
+    spec = cdispec.build_spec(plan, kind, hook_path, config["ldconfig"]["path"])
+    cdispec.validate(spec)
+    if output != "-" and os.path.isdir(output):
+        output = os.path.join(output, kind.replace("/", "_") + "." + (fmt or "yaml"))
+    if fmt is None:
+        fmt = "json" if output.endswith(".json") else "yaml"
+    text = cdispec.render(spec, fmt)
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    if not output.endswith((".yaml", ".json")):
+        raise OcihookError(f"--output {output}: runtimes read only *.yaml and *.json spec files")
+    from ocihook.atomic import write_atomic
+
+    write_atomic(output, text)
+    names = ", ".join(f"{kind}={d['name']}" for d in spec["devices"])
+    click.echo(f"wrote {output} (cdiVersion {spec['cdiVersion']}): {names}", err=True)
+
+
+def _lib_dir(plan, lib_dir: str) -> str:
+    if lib_dir != "auto":
+        if not lib_dir.startswith("/"):
+            raise OcihookError(f"lib_dir {lib_dir}: must be an absolute path")
+        return lib_dir
+    for m in plan.mounts:
+        if m.kind == "library":
+            return os.path.dirname(m.source)
+    return plan.lib_dir
+
+
+@click.group("cdi-hook")
+def cdi_hook() -> None:
+    """The createContainer hooks of a spec from `ocihook cdi generate` (the runtime runs
+    them, OCI state JSON on stdin). Paths are resolved in the rootfs by fd, as the hook does."""
+
+
+@cdi_hook.command("create-symlinks")
+@click.option(
+    "--link",
+    "links",
+    multiple=True,
+    required=True,
+    help="TARGET::LINK: create the symlink LINK (absolute, in the container) pointing to TARGET.",
+)
+def create_symlinks(links: tuple[str, ...]) -> None:
+    """Create soname links in the container (an identical existing link is kept; an image
+    file in the way fails the container)."""
+    from ocihook.cdi import hooks
+
+    parsed = [hooks.parse_link(value) for value in links]
+    _as_hook(lambda: hooks.create_symlinks(hooks.read_container(), parsed))
+
+
+@cdi_hook.command("update-ldcache")
+@click.option(
+    "--folder",
+    "folders",
+    multiple=True,
+    required=True,
+    help="Library dir in the container to add to its ld cache (repeatable).",
+)
+@click.option(
+    "--ldconfig",
+    "ldconfig_path",
+    default="/sbin/ldconfig",
+    show_default=True,
+    help="The host's static ldconfig, run sandboxed in the rootfs.",
+)
+def update_ldcache(folders: tuple[str, ...], ldconfig_path: str) -> None:
+    """Update the container's ld cache for FOLDERs (glibc images; others are left alone)."""
+    from ocihook.cdi import hooks
+
+    _as_hook(lambda: hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders)))
+
+
+def _as_hook(action) -> None:
+    """The hook's error contract: expected failures are one `ocihook: ...` line and exit 1
+    (OcihookError, through ocihook.cli.main), anything else one line and exit 2."""
+    try:
+        action()
+    except OcihookError:
+        raise
+    except Exception as error:
+        click.echo(f"ocihook: internal error: {type(error).__name__}: {error}", err=True)
+        sys.exit(2)

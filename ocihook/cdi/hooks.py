@@ -1,0 +1,154 @@
+"""`ocihook cdi-hook`: the createContainer hooks that a CDI spec from `ocihook cdi generate`
+names, for what CDI cannot express: soname links and the container's ld cache.
+
+The runtime runs createContainer hooks in the container's mount namespace before
+pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
+state.py validates the state and config.json, securepath.py resolves every path in the
+rootfs by fd, apply.ContainerWriter creates the links (never in a host-shared directory,
+an image file in the way is an error, labelled with the container's mount label under
+SELinux), and ldcache.py runs the host's static ldconfig sandboxed in the rootfs.
+Run from outside the container (createRuntime or prestart) they join its mount namespace
+first, exactly as the hook does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ocihook import apply, ldcache, securepath
+from ocihook.errors import OcihookError
+from ocihook.plan import Link
+from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
+
+
+def read_container(stdin=None) -> Container:
+    data = (stdin or sys.stdin.buffer).read(MAX_STATE_BYTES + 1)
+    return load_container(read_state(data))
+
+
+def parse_link(value: str) -> Link:
+    """TARGET::LINK -> Link(LINK, TARGET): LINK an absolute container path, TARGET its content."""
+    target, sep, link = value.partition("::")
+    if not sep or not target or not link.startswith("/") or "\0" in value:
+        raise OcihookError(f"--link {value!r}: expected TARGET::/ABSOLUTE/LINK")
+    if os.path.normpath(link) in ("/", "//"):
+        raise OcihookError(f"--link {value!r}: the link cannot be the root")
+    return Link(os.path.normpath(link), target)
+
+
+def _mnt_ns(pid: int | str) -> int:
+    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+
+
+def _in_container_of(pid: int) -> bool:
+    """Whether we already run in the mount namespace of the container whose init is `pid`.
+
+    At createContainer runc runs us from the container's init, in its namespaces, before
+    /proc is remounted: the state's pid is then its pid in the container's pid namespace
+    (1), which the host's /proc still mounted here does not show. So: a pid namespace other
+    than that of the mounted /proc means we are inside; otherwise compare mount namespaces.
+    """
+    if os.getpid() != int(os.readlink("/proc/self")):
+        return True
+    try:
+        return _mnt_ns("self") == _mnt_ns(pid)
+    except OSError as error:
+        raise OcihookError(f"state on stdin: pid {pid}: {error.strerror}") from None
+
+
+class _Rootfs:
+    """An O_PATH fd of the container's rootfs, in the container's mount namespace; and
+    whether we joined it from outside (then created files belong to the container's root)."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        if container.pid <= 0:
+            raise OcihookError("state on stdin: field 'pid' is missing or 0")
+        inside = _in_container_of(container.pid)
+        self.joined = not inside
+        # st_dev of every file system mounted where we start: a directory on one of them,
+        # other than the rootfs's own mount, is shared with the host (a volume, /dev, and
+        # inside the container already, the CDI mounts); nothing is created there.
+        self.shared = apply.host_superblocks()
+        if self.joined:
+            self.fd = apply.enter_container(container.pid, container.rootfs)
+        else:
+            self.fd = self._open_inside(container.rootfs)
+
+    @staticmethod
+    def _open_inside(rootfs: str) -> int:
+        try:
+            host_ns = _mnt_ns(1)
+        except OSError:
+            host_ns = None
+        if host_ns is not None and host_ns == _mnt_ns("self"):
+            raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
+        if not apply._is_mount_point(rootfs):
+            raise OcihookError(f"rootfs {rootfs} is not a mount point in this mount namespace")
+        try:
+            fd = securepath.open_dir(rootfs)
+        except OSError as error:
+            raise OcihookError(f"rootfs {rootfs}: {error.strerror}") from None
+        st, top = os.fstat(fd), os.stat("/")
+        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino):
+            os.close(fd)
+            raise OcihookError(f"rootfs {rootfs} is the root of this mount namespace")
+        return fd
+
+    def ids(self) -> tuple[int, int]:
+        """uid/gid to create files as: the container's root, mapped when we came from outside
+        (inside a user namespace the runtime already runs us as the container's root)."""
+        if self.joined:
+            return self.container.host_uid(0), self.container.host_gid(0)
+        return 0, 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _label(container: Container) -> str | None:
+    from ocihook.selinux.label import selinux_enabled
+
+    return container.mount_label if selinux_enabled() else None
+
+
+def create_symlinks(container: Container, links: list[Link]) -> int:
+    """Create each link in the rootfs; an existing identical link is fine. Returns how many
+    were created or changed. All or nothing: a failure undoes what this call did."""
+    rootfs = _Rootfs(container)
+    try:
+        uid, gid = rootfs.ids()
+        writer = apply.ContainerWriter(rootfs.fd, _label(container), uid, gid, rootfs.shared)
+        try:
+            for link in links:
+                writer.link(link)
+        except BaseException:
+            writer.rollback()
+            raise
+        finally:
+            writer.close()
+        return len(links)
+    finally:
+        rootfs.close()
+
+
+def update_ldcache(container: Container, ldconfig_path: str, folders: list[str]) -> bool:
+    """Run the host's ldconfig sandboxed in the rootfs for `folders`; False when the image
+    has no glibc loader (an ld cache means nothing there)."""
+    for folder in folders:
+        if not folder.startswith("/") or "\0" in folder:
+            raise OcihookError(f"--folder {folder!r}: must be an absolute path")
+    ldconfig_fd = ldcache.open_ldconfig(ldconfig_path)
+    try:
+        rootfs = _Rootfs(container)
+        try:
+            if not ldcache.is_glibc_image(rootfs.fd):
+                return False
+            uid, gid = rootfs.ids()
+            ldcache.update_cache(ldconfig_fd, rootfs.fd, container.rootfs, folders, uid, gid)
+            return True
+        finally:
+            rootfs.close()
+    finally:
+        os.close(ldconfig_fd)

@@ -1,0 +1,183 @@
+"""Build a CDI spec (plain dict) from a Plan, choose its cdiVersion, validate and write it.
+
+The spec carries what CDI can express statically: one device per index plus `all`, the
+driver files as read-only bind mounts, the device nodes, and two createContainer hooks that
+run `ocihook cdi-hook` for the soname links and the ld cache (see ocihook/cdi/hooks.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ocihook.errors import OcihookError
+from ocihook.plan import Plan
+
+DEFAULT_VENDOR = "ocihook.io"
+# The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
+# container's environment (LD_PRELOAD from the image, CVE-2025-23266).
+HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"]
+HOOK_TIMEOUT = 30
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
+
+# (version, why) in ascending order: the first whose feature the spec uses sets the minimum.
+VERSION_FEATURES = (
+    ((0, 4, 0), "a mount with a type"),
+    ((0, 5, 0), "a device node with a hostPath, or a device name starting with a digit"),
+    ((0, 6, 0), "annotations, or a dot in the class of the kind"),
+)
+BASE_VERSION = (0, 3, 0)
+CLASS_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+def default_kind(profile_name: str) -> str:
+    cls = re.sub(r"[^A-Za-z0-9_-]", "-", profile_name).strip("-_") or "device"
+    if not cls[0].isalpha():
+        cls = "d" + cls
+    return f"{DEFAULT_VENDOR}/{cls}"
+
+
+def check_kind(kind: str) -> str:
+    vendor, sep, cls = kind.partition("/")
+    if not sep or not VENDOR_RE.match(vendor) or not CLASS_RE.match(cls):
+        raise OcihookError(
+            f"--kind {kind!r}: must be VENDOR/CLASS, e.g. ocihook.io/gpu (letters, digits, "
+            "'-', '_', '.'; each part starting with a letter and ending with a letter or digit)"
+        )
+    return kind
+
+
+def _mount(m) -> dict:
+    return {
+        "hostPath": m.host_path,
+        "containerPath": m.target,
+        "options": MOUNT_OPTIONS + (["noexec"] if m.noexec else []),
+        "type": "bind",
+    }
+
+
+def _node(d) -> dict:
+    return {
+        "path": d.path,
+        "hostPath": d.host_path,
+        "type": d.type,
+        "major": d.major,
+        "minor": d.minor,
+        "fileMode": d.mode,
+        "permissions": d.access,
+    }
+
+
+def _hooks(plan: Plan, hook_path: str, ldconfig_path: str) -> list[dict]:
+    hooks = []
+    if plan.links:
+        args = ["ocihook", "cdi-hook", "create-symlinks"]
+        for link in plan.links:
+            args += ["--link", f"{link.points_to}::{link.target}"]
+        hooks.append(_hook(hook_path, args))
+    if plan.ldconfig and plan.ld_dirs:
+        args = ["ocihook", "cdi-hook", "update-ldcache", "--ldconfig", ldconfig_path]
+        for folder in plan.ld_dirs:
+            args += ["--folder", folder]
+        hooks.append(_hook(hook_path, args))
+    return hooks
+
+
+def _hook(path: str, args: list[str]) -> dict:
+    return {
+        "hookName": "createContainer",
+        "path": path,
+        "args": args,
+        "env": list(HOOK_ENV),
+        "timeout": HOOK_TIMEOUT,
+    }
+
+
+def build_spec(plan: Plan, kind: str, hook_path: str, ldconfig_path: str) -> dict:
+    """The spec for a plan of every device (`plan.request` "all"): shared edits (mounts,
+    control nodes, hooks) at the top, one device per index with its nodes, and `all`."""
+    by_index: dict[int, list[dict]] = {}
+    control = []
+    for d in plan.devices:
+        if d.index is None:
+            control.append(_node(d))
+        else:
+            by_index.setdefault(d.index, []).append(_node(d))
+    devices = [
+        {"name": str(index), "containerEdits": {"deviceNodes": nodes}}
+        for index, nodes in sorted(by_index.items())
+    ]
+    every = [dict(node) for _, nodes in sorted(by_index.items()) for node in nodes]
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
+    edits: dict = {"mounts": [_mount(m) for m in plan.mounts]}
+    if control:
+        edits["deviceNodes"] = control
+    hooks = _hooks(plan, hook_path, ldconfig_path)
+    if hooks:
+        edits["hooks"] = hooks
+    spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def _edits(spec: dict) -> list[dict]:
+    return [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
+
+
+def required_features(spec: dict) -> list[tuple[int, int, int]]:
+    """The CDI versions that the features used by `spec` need (as nvidia-ctk computes it)."""
+    needed = []
+    edits = _edits(spec)
+    if any("type" in m for e in edits for m in e.get("mounts", [])):
+        needed.append((0, 4, 0))
+    if any("hostPath" in n for e in edits for n in e.get("deviceNodes", [])) or any(
+        d["name"][:1].isdigit() for d in spec["devices"]
+    ):
+        needed.append((0, 5, 0))
+    if "annotations" in spec or any("annotations" in d for d in spec["devices"]):
+        needed.append((0, 6, 0))
+    if "." in spec["kind"].partition("/")[2]:
+        needed.append((0, 6, 0))
+    return needed
+
+
+def minimum_version(spec: dict) -> str:
+    """The lowest cdiVersion that accepts `spec`: runtimes refuse a spec whose cdiVersion is
+    newer than they know (podman 4.3 knows up to 0.5.0), and also one whose features need a
+    newer version than it declares."""
+    version = max([BASE_VERSION, *required_features(spec)])
+    return ".".join(map(str, version))
+
+
+def schema() -> dict:
+    with open(os.path.join(os.path.dirname(__file__), "schema.json")) as f:
+        return json.load(f)
+
+
+def validate(spec: dict) -> None:
+    """Raise OcihookError when `spec` breaks the schema or declares too old a cdiVersion."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(schema())
+    errors = sorted(validator.iter_errors(spec), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        raise OcihookError(f"CDI spec: {where}: {error.message}")
+    declared = tuple(int(p) for p in spec["cdiVersion"].split("."))
+    needed = minimum_version(spec)
+    if declared < tuple(int(p) for p in needed.split(".")):
+        raise OcihookError(f"CDI spec: cdiVersion {spec['cdiVersion']} is older than {needed}")
+    names = [d["name"] for d in spec["devices"]]
+    if len(set(names)) != len(names):
+        raise OcihookError("CDI spec: device names are not unique")
+
+
+def render(spec: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(spec, indent=2) + "\n"
+    import yaml
+
+    return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)

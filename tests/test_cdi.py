@@ -1,0 +1,374 @@
+"""`ocihook cdi generate` and `ocihook cdi-hook`: the spec's content and schema, its cdiVersion,
+atomic writes, and real podman + runc containers started with `--device VENDOR/CLASS=N`.
+
+podman 4.3 reads /etc/cdi and /var/run/cdi only (no `cdi_spec_dirs` in its containers.conf):
+each test writes its spec to /var/run/cdi under a kind of its own and removes it afterwards.
+CRI-O is not a Debian 12 package; its CDI support is not tested here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ocihook.cdi import spec as cdispec
+from ocihook.config import compile_config
+from ocihook.discover import Roots
+from ocihook.errors import OcihookError
+from ocihook.inject import plan_for
+from ocihook.request import parse_request
+from tests.conftest import base_config
+from tests.support import hostile, podman
+
+OCIHOOK = str(Path(sys.executable).with_name("ocihook"))
+RUNTIME_SPEC_DIR = Path("/var/run/cdi")
+
+
+def ocihook(*args: str, stdin: bytes | None = None, env: dict | None = None):
+    return subprocess.run([OCIHOOK, *args], input=stdin, capture_output=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def cdi_config(tmp_path, synth_root) -> Path:
+    tmp_path.chmod(0o755)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(base_config(tmp_path, synth_root)))
+    return path
+
+
+@pytest.fixture
+def kind():
+    """A kind of this test's own in /var/run/cdi (podman reads no other dir); removed after."""
+    name = f"ocihook.io/t{uuid.uuid4().hex[:12]}"
+    path = RUNTIME_SPEC_DIR / (name.replace("/", "_") + ".yaml")
+    existed = RUNTIME_SPEC_DIR.exists()
+    yield name, path
+    path.unlink(missing_ok=True)
+    if not existed:
+        try:
+            RUNTIME_SPEC_DIR.rmdir()
+        except OSError:
+            pass  # another run's spec is in it
+
+
+def generate(config: Path, *extra: str) -> dict:
+    result = ocihook("cdi", "generate", "--config", str(config), "--format", "json", *extra)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def install(config: Path, kind: tuple[str, Path], *extra: str) -> Path:
+    name, path = kind
+    result = ocihook(
+        "cdi", "generate", "--config", str(config), "--kind", name, "--hook-path", OCIHOOK,
+        "--output", str(path), *extra,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    return path
+
+
+def run(image: str, device: str | None, command: str):
+    extra = ["--device", device] if device else []
+    return podman.run(image, ["/bin/sh", "-c", command], extra=extra)
+
+
+# -- the spec ----------------------------------------------------------------------------
+
+
+def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
+    spec = generate(cdi_config, "--hook-path", OCIHOOK)
+    config, _ = compile_config(str(cdi_config))
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        plan = plan_for(config, roots, parse_request("all", "test"))
+    assert spec["kind"] == "ocihook.io/synthetic"
+    assert spec["cdiVersion"] == "0.5.0"
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "2", "all"]
+    nodes = {
+        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
+    }
+    assert nodes == {
+        "0": ["/dev/synth0"],
+        "1": ["/dev/synth1"],
+        "2": ["/dev/synth2"],
+        "all": ["/dev/synth0", "/dev/synth1", "/dev/synth2"],
+    }
+    edits = spec["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/synthctl", "/dev/synth-uvm"]
+    assert {m["hostPath"] for m in edits["mounts"]} == {m.host_path for m in plan.mounts}
+    for mount in edits["mounts"]:
+        assert mount["options"][:4] == ["ro", "nosuid", "nodev", "bind"]
+        executable = "/usr/bin/" in mount["containerPath"] or ".so." in mount["containerPath"]
+        assert ("noexec" in mount["options"]) == (not executable), mount
+    libs = [m["containerPath"] for m in edits["mounts"] if ".so." in m["containerPath"]]
+    assert libs and all(p.startswith("/usr/lib/x86_64-linux-gnu/") for p in libs)
+    symlinks, ldcache = edits["hooks"]
+    assert symlinks["hookName"] == ldcache["hookName"] == "createContainer"
+    assert symlinks["path"] == OCIHOOK and symlinks["env"], "hooks never inherit an env"
+    assert symlinks["args"][:3] == ["ocihook", "cdi-hook", "create-symlinks"]
+    assert "libsynth.so.1.2.3::/usr/lib/x86_64-linux-gnu/libsynth.so.1" in symlinks["args"]
+    assert ldcache["args"][2:] == [
+        "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--folder", "/usr/lib/x86_64-linux-gnu",
+    ]  # fmt: skip
+    cdispec.validate(spec)
+
+
+def test_lib_dir_option_moves_libraries_and_links(cdi_config):
+    spec = generate(cdi_config, "--lib-dir", "/usr/lib64")
+    libs = [m["containerPath"] for m in spec["containerEdits"]["mounts"] if ".so." in m["hostPath"]]
+    assert libs and all(p.startswith("/usr/lib64/") for p in libs)
+    args = spec["containerEdits"]["hooks"][0]["args"]
+    assert "libsynth.so.1.2.3::/usr/lib64/libsynth.so.1" in args
+
+
+def test_minimum_version_follows_the_features_used():
+    base = {"kind": "a.b/c", "devices": [{"name": "gpu", "containerEdits": {}}]}
+    assert cdispec.minimum_version(base) == "0.3.0"
+    typed = {
+        **base,
+        "containerEdits": {"mounts": [{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]},
+    }
+    assert cdispec.minimum_version(typed) == "0.4.0"
+    digit = {**base, "devices": [{"name": "0", "containerEdits": {}}]}
+    assert cdispec.minimum_version(digit) == "0.5.0"
+    host = {**base, "containerEdits": {"deviceNodes": [{"path": "/dev/x", "hostPath": "/d/x"}]}}
+    assert cdispec.minimum_version(host) == "0.5.0"
+    assert cdispec.minimum_version({**base, "kind": "a.b/c.d"}) == "0.6.0"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.pop("devices"), "'devices' is a required property"),
+        (lambda s: s.update(kind="no-slash"), "kind"),
+        (lambda s: s["devices"].append({"name": "-bad", "containerEdits": {}}), "devices/4/name"),
+        (lambda s: s["containerEdits"]["mounts"][0].pop("hostPath"), "hostPath"),
+        (lambda s: s["containerEdits"]["hooks"][0].update(hookName="later"), "hookName"),
+        (lambda s: s.update(extra=1), "Additional properties"),
+        (lambda s: s.update(cdiVersion="0.4.0"), "older than 0.5.0"),
+        (lambda s: s["devices"].append(dict(s["devices"][0])), "not unique"),
+    ],
+)
+def test_schema_refuses_broken_specs(cdi_config, change, message):
+    spec = generate(cdi_config)
+    change(spec)
+    with pytest.raises(OcihookError, match=message):
+        cdispec.validate(spec)
+
+
+def test_output_is_written_atomically_in_both_formats(cdi_config, tmp_path):
+    out = tmp_path / "cdi"
+    result = ocihook(
+        "cdi", "generate", "--config", str(cdi_config), "--output", str(out / "x.json")
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    written = json.loads((out / "x.json").read_text())
+    assert written["kind"] == "ocihook.io/synthetic"
+    assert (out / "x.json").stat().st_mode & 0o777 == 0o644
+    result = ocihook("cdi", "generate", "--config", str(cdi_config), "--output", str(out))
+    assert result.returncode == 0, result.stderr.decode()
+    assert yaml.safe_load((out / "ocihook.io_synthetic.yaml").read_text()) == written
+    assert "&id" not in (out / "ocihook.io_synthetic.yaml").read_text(), "no YAML aliases"
+    assert sorted(os.listdir(out)) == ["ocihook.io_synthetic.yaml", "x.json"], "no temp files"
+    bad = ocihook("cdi", "generate", "--config", str(cdi_config), "--output", str(out / "x.txt"))
+    assert bad.returncode == 1
+    assert bad.stderr.decode().startswith("ocihook: --output")
+
+
+def test_bad_kind_is_one_line(cdi_config):
+    result = ocihook("cdi", "generate", "--config", str(cdi_config), "--kind", "nokind")
+    assert result.returncode == 1
+    assert result.stderr.decode().count("\n") == 1
+    assert "ocihook: --kind 'nokind'" in result.stderr.decode()
+
+
+# -- real containers ------------------------------------------------------------------------
+
+
+def test_podman_device_gets_driver_nodes_links_and_ld_cache(cdi_config, kind, image_rhel):
+    """The RHEL-layout image gets the libraries in the host's layout dir, found through the
+    ld cache the update-ldcache hook wrote; only device 1 and the control nodes appear, and
+    the device cgroup (from the CDI device nodes) lets it open them."""
+    install(cdi_config, kind)
+    result = run(
+        image_rhel,
+        f"{kind[0]}=1",
+        "ls /dev | grep synth; readlink /usr/lib/x86_64-linux-gnu/libsynth.so.1;"
+        " grep -c libsynth.so.1 /etc/ld.so.cache; /usr/bin/synth-smi",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["synth-uvm", "synth1", "synthctl"]
+    assert lines[3] == "libsynth.so.1.2.3"
+    assert int(lines[4]) >= 1
+    assert "libsynth 1.2.3 loaded from /usr/lib/x86_64-linux-gnu/libsynth.so.1" in result.stdout
+    assert "opened /dev/synth1 (10:235) read-write" in result.stdout
+    assert "synth0" not in result.stdout
+
+
+def test_podman_all_and_without_device(cdi_config, kind, image_debian):
+    install(cdi_config, kind)
+    every = run(image_debian, f"{kind[0]}=all", "ls /dev | grep synth")
+    assert every.returncode == 0, every.stderr
+    assert every.stdout.split() == ["synth-uvm", "synth0", "synth1", "synth2", "synthctl"]
+    none = run(
+        image_debian, None, "ls /dev /usr/lib/x86_64-linux-gnu; grep -c synth /etc/ld.so.cache"
+    )
+    assert none.stdout.split()[-1] == "0", none.stderr
+    assert "synth" not in none.stdout
+
+
+def test_busybox_image_runs_without_ld_cache(cdi_config, kind, image_busybox):
+    """No glibc loader in the image: update-ldcache leaves it alone, the links are made."""
+    install(cdi_config, kind)
+    result = run(
+        image_busybox,
+        f"{kind[0]}=0",
+        "readlink /usr/lib/x86_64-linux-gnu/libsynth.so.1;"
+        " test -e /etc/ld.so.cache || echo NOCACHE",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["libsynth.so.1.2.3", "NOCACHE"]
+
+
+def test_podman_43_refuses_a_newer_cdi_version(cdi_config, kind, image_busybox):
+    """Why the spec says 0.5.0 and not the current CDI version: Debian 12's podman 4.3
+    (container-device-interface 0.5.x) does not resolve devices of a newer spec."""
+    version = subprocess.run(["podman", "--version"], capture_output=True, text=True).stdout
+    if " 4.3." not in version:
+        pytest.skip(f"checks Debian 12's podman 4.3, this is {version.strip()}")
+    path = install(cdi_config, kind)
+    text = path.read_text()
+    path.write_text(text.replace("cdiVersion: 0.5.0", "cdiVersion: 0.6.0"))
+    refused = run(image_busybox, f"{kind[0]}=0", "true")
+    assert refused.returncode != 0
+    assert f"unresolvable CDI devices {kind[0]}=0" in refused.stderr
+    path.write_text(text)
+    assert run(image_busybox, f"{kind[0]}=0", "true").returncode == 0
+
+
+def test_image_file_in_the_way_fails_the_container(cdi_config, kind, tmp_path):
+    """A regular file where a soname link goes: the container does not start, one line says why."""
+    root = hostile.rhel_tree(tmp_path / "img")
+    libdir = root / "usr/lib/x86_64-linux-gnu"
+    libdir.mkdir(parents=True, exist_ok=True)
+    (libdir / "libsynth.so.1").write_text("stale copy")
+    image = hostile.import_tree(root, f"ocihook-i17-stale-{uuid.uuid4().hex[:8]}")
+    install(cdi_config, kind)
+    try:
+        result = run(image, f"{kind[0]}=0", "true")
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+    assert result.returncode != 0
+    assert (
+        "ocihook: container /usr/lib/x86_64-linux-gnu/libsynth.so.1: exists in the image as a "
+        "regular file" in result.stderr
+    )
+
+
+@pytest.mark.parametrize("style", ["absolute", "dotdot"])
+def test_hostile_lib_dir_symlink_stays_in_the_rootfs(cdi_config, kind, tmp_path, style):
+    """The image's library dir is a symlink aimed at a host dir: the links land inside the
+    rootfs (resolved by fd), the host dir is untouched."""
+    canary = hostile.make_canary(tmp_path / "canary")
+    before = hostile.snapshot(canary)
+    root = hostile.rhel_tree(tmp_path / "img")
+    target = str(canary) if style == "absolute" else "../../../../../../.." + str(canary)
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    if lib.exists():
+        shutil.rmtree(lib)
+    os.symlink(target, lib)
+    image = hostile.import_tree(root, f"ocihook-i17-hostile-{uuid.uuid4().hex[:8]}")
+    install(cdi_config, kind, "--lib-dir", "/usr/lib/x86_64-linux-gnu")
+    try:
+        result = run(image, f"{kind[0]}=0", f"readlink {canary}/libsynth.so.1")
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+    assert hostile.snapshot(canary) == before
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "libsynth.so.1.2.3"  # made inside the container
+
+
+# -- cdi-hook input -------------------------------------------------------------------------
+
+
+def test_cdi_hook_bad_input_is_one_line(tmp_path):
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    empty = ocihook("cdi-hook", "create-symlinks", "--link", "a::/x/a", stdin=b"", env=env)
+    assert empty.returncode == 1
+    assert empty.stderr.decode() == (
+        "ocihook: state on stdin: empty (the runtime passes the container state)\n"
+    )
+    bad = ocihook("cdi-hook", "create-symlinks", "--link", "relative", stdin=b"{}", env=env)
+    assert bad.returncode == 1
+    assert bad.stderr.decode().startswith("ocihook: --link 'relative'")
+    state = json.dumps(hostile.state(str(tmp_path), 0, None)).encode()
+    (tmp_path / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    nopid = ocihook("cdi-hook", "update-ldcache", "--folder", "/usr/lib", stdin=state, env=env)
+    assert nopid.returncode == 1
+    assert nopid.stderr.decode().startswith("ocihook: ")
+
+
+def test_hooks_never_see_the_containers_environment(cdi_config, kind, image_debian, tmp_path):
+    """CVE-2025-23266: a createContainer hook without an `env` of its own inherits the
+    container's environment from runc (LD_PRELOAD runs code as host root). Control first:
+    the same spec without the hooks' env fires the trap; the generated spec does not."""
+    marker = tmp_path / "trap" / "MARKER"
+    trap = hostile.preload_trap(tmp_path / "trap", marker)
+    path = install(cdi_config, kind)
+    spec = yaml.safe_load(path.read_text())
+    for hook in spec["containerEdits"]["hooks"]:
+        hook.pop("env")
+    generated = path.read_text()
+    path.write_text(yaml.safe_dump(spec))
+    command = ["-e", f"LD_PRELOAD={trap}", "--device", f"{kind[0]}=0"]
+    control = podman.run(image_debian, ["true"], extra=command)
+    assert control.returncode == 0, control.stderr
+    assert marker.exists(), "without an env the hook inherits the container's LD_PRELOAD"
+    marker.unlink()
+    path.write_text(generated)
+    result = podman.run(image_debian, ["true"], extra=command)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+
+
+def test_cdi_hook_as_a_prestart_hook_joins_the_container(tmp_path, image_debian):
+    """Run from outside the container (a hooks.d prestart hook, in the runtime's namespaces),
+    cdi-hook joins the container's mount namespace and creates the links as the container's
+    root: with a user namespace, owned by the mapped uid (root inside)."""
+    hooks = tmp_path / "hooks.d"
+    hooks.mkdir()
+    (hooks / "links.json").write_text(
+        json.dumps(
+            {
+                "version": "1.0.0",
+                "hook": {
+                    "path": OCIHOOK,
+                    "args": ["ocihook", "cdi-hook", "create-symlinks",
+                             "--link", "libx.so.1.2::/usr/lib/x86_64-linux-gnu/libx.so.1"],
+                    "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+                },
+                "when": {"annotations": {"^ocihook-test/links$": "yes"}},
+                "stages": ["prestart"],
+            }
+        )
+    )  # fmt: skip
+    command = ["/bin/sh", "-c", "stat -c '%u %N' /usr/lib/x86_64-linux-gnu/libx.so.1"]
+    for userns in ([], ["--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536"]):
+        result = podman.run(
+            image_debian,
+            command,
+            hooks_dir=hooks,
+            extra=["--annotation", "ocihook-test/links=yes", *userns],
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [
+            "0", "'/usr/lib/x86_64-linux-gnu/libx.so.1'", "->", "'libx.so.1.2'",
+        ]  # fmt: skip

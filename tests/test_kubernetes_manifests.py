@@ -1,0 +1,86 @@
+"""packaging/kubernetes: the manifests against the Kubernetes API schemas (kubernetes-validate,
+offline, strict: unknown fields fail) for every supported version, and their agreement with
+the installer script, the Containerfile and ocihook's own config schema."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ocihook.config import compile_config
+
+K8S = Path(__file__).resolve().parent.parent / "packaging/kubernetes"
+PROFILES = K8S.parent / "profiles"
+MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "configmap.yaml", "daemonset.yaml")
+# The Kubernetes versions ocihook's manifests support (docs/kubernetes.md says the same).
+SUPPORTED = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((K8S / name).read_text())
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_manifest_is_valid_for_supported_version(name, version):
+    kubernetes_validate.validate(load(name), version, strict=True)
+
+
+def test_schema_check_is_real():
+    """Control: a misplaced field and a wrong type fail the same validation."""
+    daemonset = load("daemonset.yaml")
+    misplaced = copy.deepcopy(daemonset)
+    misplaced["spec"]["template"]["spec"]["containers"][0]["privileged"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(misplaced, SUPPORTED[-1], strict=True)
+    wrong = copy.deepcopy(daemonset)
+    wrong["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "sixty"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(wrong, SUPPORTED[0], strict=True)
+
+
+def test_validation_runs_offline():
+    """The schemas ship in the package: the CLI validates in a network namespace of its own."""
+    cli = Path(sys.executable).with_name("kubernetes-validate")
+    args = ["unshare", "--net", str(cli), "--strict", "-k", SUPPORTED[0]]
+    result = subprocess.run(
+        [*args, *(str(K8S / name) for name in MANIFESTS)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("passed for resource") == len(MANIFESTS)
+
+
+def test_kustomization_lists_every_manifest():
+    assert load("kustomization.yaml")["resources"] == list(MANIFESTS)
+
+
+def test_configmap_is_a_valid_ocihook_config(tmp_path):
+    text = load("configmap.yaml")["data"]["config.yaml"]
+    config = yaml.safe_load(text)
+    assert "/opt/ocihook/profiles" in config["profile_dirs"], "where the installer puts them"
+    config["profile_dirs"] = [str(PROFILES)]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    compiled, _ = compile_config(str(path))
+    assert compiled["profile"]["name"] == "nvidia"
+
+
+def test_daemonset_runs_what_the_image_installs():
+    container = load("daemonset.yaml")["spec"]["template"]["spec"]["containers"][0]
+    containerfile = (K8S / "Containerfile").read_text()
+    assert container["command"] == ["/usr/local/bin/ocihook-installer", "run"]
+    assert "COPY --from=build /payload-bin/ocihook-installer /usr/local/bin/ocihook-installer" in (
+        containerfile
+    )
+    script = (K8S / "ocihook-installer").read_text()
+    known = set(re.findall(r"^([A-Z_]+)=\$\{", script, re.MULTILINE))
+    assert {env["name"] for env in container["env"]} <= known
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/host", "/config"} <= mounts
