@@ -61,7 +61,8 @@ def collect(config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str) -> di
     labels: dict[str, str] = {}
     try:
         from ocihook.config import compile_config
-        from ocihook.discover import Roots, device_indices
+        from ocihook.devices import available_devices
+        from ocihook.discover import Roots
 
         config, _ = compile_config(config_path)
         profile = config["profile"]
@@ -70,7 +71,7 @@ def collect(config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str) -> di
         from ocihook.request import parse_request
 
         with Roots(config["source_root"], config["device_root"]) as roots:
-            labels["devices"] = str(len(device_indices(roots, profile["devices"]["node"])))
+            labels["devices"] = str(len(available_devices(roots, profile["devices"])))
             plan = plan_for(config, roots, parse_request("all", "features"))
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)
