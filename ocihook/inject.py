@@ -32,8 +32,9 @@ def plan_for(
     profile = config["profile"]
     available = device_indices(roots, profile["devices"]["node"])
     indices = select_indices(request, sorted(available))
-    kwargs = {"lib_dir": lib_dir} if lib_dir else {}
-    return build_plan(config, roots, indices, available, request.describe(), **kwargs)
+    return build_plan(
+        config, roots, indices, available, request.describe(), lib_dir, request.capabilities
+    )
 
 
 def device_rules(plan: Plan) -> list[cgroups.DeviceRule]:
@@ -103,6 +104,8 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     with Roots(config["source_root"], config["device_root"]) as roots:
         plan = plan_for(config, roots, request)
         log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
+        for warning in plan.warnings:
+            log.info(f"{container.id}: warning: {warning}")
         source_labels = check_source_labels(plan, config, log) if label else {}
         classic = config["mount_api"] == "classic" or not apply.have_new_mount_api()
         # New mount API: clone the sources on the host now. Classic API: open them in the
@@ -165,7 +168,7 @@ def _apply_in_container(
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
-        plan = plan.with_lib_dir(lib_dir)
+        plan = plan.with_lib_dir(lib_dir, apply.lib_dir32_for(lib_dir))
         writer = apply.ContainerWriter(
             root_fd, label, container.host_uid(0), container.host_gid(0), shared
         )
