@@ -595,5 +595,5 @@ def build_plan(
 def _ld_cache_note(finder: _LibraryFinder, roots: Roots) -> str:
     if not finder.cache_path:
         return "not used (profile ld_cache: null)"
-    where = host_path(roots.source_root, finder.cache_path)
-    return where if finder.cache_found else f"{where} (missing: library dirs only)"
+    where = finder.cache_path + ("" if roots.source_root == "/" else " in the source root")
+    return where if finder.cache_found else f"{where}: missing, library dirs only"

@@ -41,11 +41,10 @@ def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
     others = [c for c in all_capabilities or () if c not in plan.capabilities]
     if others:
         capabilities += f" (also: {', '.join(others)})"
-    inside = "" if plan.source_root == "/" else " (mount sources below are paths inside it)"
     lines = [
         _field("profile", plan.profile),
         _field("capabilities", capabilities),
-        _field("source root", plan.source_root + inside),
+        _field("source root", plan.source_root),
         _field("device root", plan.device_root),
         _field("request", plan.request),
     ]
@@ -71,8 +70,8 @@ def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
 
 def _mounts(plan: Plan) -> list[str]:
     lines = [
-        f"mounts ({len(plan.mounts)}; read-only unless [rw], nosuid, nodev; "
-        "noexec but libraries and binaries):"
+        f"mounts ({len(plan.mounts)}; container dir <- dir inside the source root):",
+        "  (read-only unless [rw]; nosuid, nodev; noexec except libraries and binaries)",
     ]
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for m in plan.mounts:
