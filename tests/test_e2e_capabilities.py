@@ -1,0 +1,112 @@
+"""Real podman + runc containers: a non-root user opens every device, capabilities select
+what is injected, a profile directory is mounted read-write, the kernel module's version
+selects the files. The synthetic driver stands in for a GPU driver (its device nodes are
+real char devices of this machine)."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from tests.conftest import PROFILES, base_config
+from tests.support import synthetic
+
+CAPS = "ocihook.io/capabilities"
+
+
+def _profile(**extra) -> dict:
+    profile = yaml.safe_load((PROFILES / "synthetic.yaml").read_text())
+    profile.update(extra)
+    return profile
+
+
+def test_non_root_user_opens_every_device(hook_setup, image_busybox):
+    """runc runs hooks with the runtime's umask (0022 here): nodes must still get 0666."""
+    old = os.umask(0o022)
+    try:
+        result = hook_setup.run(
+            image_busybox,
+            [
+                "/bin/sh",
+                "-c",
+                "id -u; for d in /dev/synth*; do exec 3<>$d && echo OPENED $d; done; ls -l /dev",
+            ],
+            devices="all",
+            extra=["--user", "1000:1000"],
+        )
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "1000"
+    for node in ("synth0", "synth1", "synth2", "synthctl", "synth-uvm"):
+        assert f"OPENED /dev/{node}" in result.stdout, result.stdout + result.stderr
+        assert "Permission denied" not in result.stderr
+
+
+def test_capabilities_annotation_selects_parts(hook_setup, image_busybox, tmp_path):
+    root = synthetic.build_driver(tmp_path / "drv")
+    mps = root / "run/synth-mps"
+    mps.mkdir(parents=True)
+    mps.chmod(0o777)
+    profile = _profile(
+        libraries=[],
+        binaries=[],
+        default_capabilities=["base"],
+        capabilities={
+            "base": {"libraries": ["libsynth.so.*"]},
+            "tools": {
+                "binaries": ["synth-smi"],
+                "files": [{"path": "/run/synth-mps", "writable": True}],
+            },
+        },
+    )
+    hook_setup.write_config(
+        **base_config(hook_setup.dir, root, profile=profile, ldconfig={"enabled": False})
+    )
+    check = "ls /usr/bin/synth-smi /usr/lib/*/libsynth.so.1 /usr/lib/libsynth.so.1 2>/dev/null"
+    default = hook_setup.run(image_busybox, ["/bin/sh", "-c", check], devices="0")
+    assert "libsynth.so.1" in default.stdout and "synth-smi" not in default.stdout
+    tools = hook_setup.run(
+        image_busybox,
+        ["/bin/sh", "-c", f"{check}; echo hi > /run/synth-mps/pipe && echo WROTE"],
+        devices="0",
+        extra=["--annotation", f"{CAPS}=tools"],
+    )
+    assert tools.returncode == 0, tools.stderr
+    assert "/usr/bin/synth-smi" in tools.stdout and "libsynth.so.1" not in tools.stdout
+    assert "WROTE" in tools.stdout
+    assert (mps / "pipe").read_text() == "hi\n"  # the host's directory, read-write
+    bad = hook_setup.run(
+        image_busybox, ["true"], devices="0", extra=["--annotation", f"{CAPS}=graphics"]
+    )
+    assert bad.returncode != 0
+    assert "ocihook: annotation ocihook.io/capabilities: unknown driver capability 'graphics'" in (
+        bad.stderr
+    )
+
+
+def test_kernel_version_selects_files_and_refuses_a_mismatch(hook_setup, image_busybox, tmp_path):
+    root = synthetic.build_driver(tmp_path / "drv")
+    lib = root / synthetic.MULTIARCH
+    (lib / "libsynth.so.0.9.9").write_bytes((lib / f"libsynth.so.{synthetic.VERSION}").read_bytes())
+    (root / "sys/module/synth").mkdir(parents=True)
+    version_file = root / "sys/module/synth/version"
+    version_file.write_text(f"{synthetic.VERSION}\n")
+    profile = _profile(
+        driver_version={"kernel": ["/sys/module/synth/version"], "library": "libsynth.so.*"}
+    )
+    hook_setup.write_config(**base_config(hook_setup.dir, root, profile=profile))
+    ok = hook_setup.run(
+        image_busybox, ["/bin/sh", "-c", "ls /usr/lib*/ /lib/firmware/synth"], devices="0"
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert f"libsynth.so.{synthetic.VERSION}" in ok.stdout and "0.9.9" not in ok.stdout
+    version_file.write_text("2.0.0\n")
+    refused = hook_setup.run(image_busybox, ["true"], devices="0")
+    assert refused.returncode != 0
+    assert (
+        f"ocihook: driver 2.0.0 is loaded ({root}/sys/module/synth/version) but {root} has "
+        "libsynth.so.* only of 0.9.9, 1.2.3: the driver was upgraded without reloading its "
+        "kernel module; reboot (or reload it)"
+    ) in refused.stderr
