@@ -15,7 +15,7 @@ from ocihook.errors import OcihookError
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: profiles with capabilities, ld_cache, library_dirs32
 MAX_YAML_BYTES = 1 << 20
 
 DEFAULTS: dict = {
