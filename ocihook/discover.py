@@ -265,10 +265,10 @@ class _LibraryFinder:
         for directory in cache_dirs:
             if directory not in self.driver_dirs[arch]:
                 self.driver_dirs[arch].append(directory)
-        fallback = [d for d in self.fallback[arch] if d not in cache_dirs]
+        listed = self.fallback[arch]
         if self.profile["library_dirs_first"]:
-            return fallback + cache_dirs
-        return cache_dirs + fallback
+            return listed + [d for d in cache_dirs if d not in listed]
+        return cache_dirs + [d for d in listed if d not in cache_dirs]
 
     def subdirs(self, subdir: str, arch: int) -> list[str]:
         """`<dir>/<subdir>` for every dir that held a driver library (vdpau/, nvidia/wine/)."""

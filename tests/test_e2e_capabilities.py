@@ -49,6 +49,8 @@ def test_capabilities_annotation_selects_parts(hook_setup, image_busybox, tmp_pa
     mps = root / "run/synth-mps"
     mps.mkdir(parents=True)
     mps.chmod(0o777)
+    (root / "usr/share/synth").mkdir(parents=True)
+    (root / "usr/share/synth/table.bin").write_bytes(b"data")
     profile = _profile(
         libraries=[],
         binaries=[],
@@ -57,7 +59,10 @@ def test_capabilities_annotation_selects_parts(hook_setup, image_busybox, tmp_pa
             "base": {"libraries": ["libsynth.so.*"]},
             "tools": {
                 "binaries": ["synth-smi"],
-                "files": [{"path": "/run/synth-mps", "writable": True}],
+                "files": [
+                    {"path": "/run/synth-mps", "writable": True},
+                    "/usr/share/synth",
+                ],
             },
         },
     )
@@ -69,13 +74,21 @@ def test_capabilities_annotation_selects_parts(hook_setup, image_busybox, tmp_pa
     assert "libsynth.so.1" in default.stdout and "synth-smi" not in default.stdout
     tools = hook_setup.run(
         image_busybox,
-        ["/bin/sh", "-c", f"{check}; echo hi > /run/synth-mps/pipe && echo WROTE"],
+        [
+            "/bin/sh",
+            "-c",
+            f"{check}; echo hi > /run/synth-mps/pipe && echo WROTE; cat /usr/share/synth/table.bin;"
+            " echo x > /usr/share/synth/new || echo READ-ONLY",
+        ],
         devices="0",
         extra=["--annotation", f"{CAPS}=tools"],
     )
     assert tools.returncode == 0, tools.stderr
     assert "/usr/bin/synth-smi" in tools.stdout and "libsynth.so.1" not in tools.stdout
     assert "WROTE" in tools.stdout
+    assert "data" in tools.stdout and "READ-ONLY" in tools.stdout  # a read-only directory
+    assert "Read-only file system" in tools.stderr
+    assert not (root / "usr/share/synth/new").exists()
     assert (mps / "pipe").read_text() == "hi\n"  # the host's directory, read-write
     bad = hook_setup.run(
         image_busybox, ["true"], devices="0", extra=["--annotation", f"{CAPS}=graphics"]

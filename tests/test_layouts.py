@@ -24,12 +24,14 @@ GOLDEN = REPO / "tests/golden/layouts"
 MULTI, I386 = "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"
 
 
-def plan(root: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess:
+def plan(
+    root: Path, *args: str, tmp: Path, profile: str | dict = "nvidia"
+) -> subprocess.CompletedProcess:
     config = tmp / "config.yaml"
     config.write_text(
         yaml.safe_dump(
             {
-                "profile": "nvidia",
+                "profile": profile,
                 "profile_dirs": [str(REPO / "packaging/profiles")],
                 "source_root": str(root),
                 "device_root": str(root),
@@ -44,8 +46,8 @@ def plan(root: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess:
     )
 
 
-def plan_json(root: Path, *args: str, tmp: Path) -> dict:
-    result = plan(root, "--json", *args, tmp=tmp)
+def plan_json(root: Path, *args: str, tmp: Path, **kwargs) -> dict:
+    result = plan(root, "--json", *args, tmp=tmp, **kwargs)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -248,3 +250,20 @@ def test_ld_cache_escaping_the_source_root_stays_inside(tmp_path):
     assert got[f"/usr/lib64/libcuda.so.{hosts.VERSION}"] == (
         f"/var/lib/nvidia/lib64/libcuda.so.{hosts.VERSION}"
     )
+
+
+def test_library_dirs_first_overrides_the_ld_cache(tmp_path):
+    """The stale tree's cache lists the old driver's dir first; library_dirs_first puts the
+    profile's dirs ahead of it (and, without a kernel module, decides the version)."""
+    root = hosts.stale(tmp_path / "host", kernel=None)
+    profile = yaml.safe_load((REPO / "packaging/profiles/nvidia.yaml").read_text())
+    profile.update(library_dirs=[MULTI], library_dirs_first=True)
+    data = plan_json(root, "--lib-dir", MULTI, tmp=tmp_path, profile=profile)
+    assert data["driver_version"] == hosts.VERSION
+    assert (
+        mounts(data)[f"{MULTI}/libcuda.so.{hosts.VERSION}"] == f"{MULTI}/libcuda.so.{hosts.VERSION}"
+    )
+    profile.update(ld_cache=None, library_dirs=["/opt/nvidia-old/lib"])
+    data = plan_json(root, "--lib-dir", MULTI, tmp=tmp_path, profile=profile)
+    assert data["driver_version"] == hosts.OLD
+    assert data["ld_cache"] == "not used (profile ld_cache: null)"
