@@ -48,15 +48,37 @@ def check_source_labels(plan: Plan, config: dict, log: record.Log) -> dict[str, 
     if mode == "off":
         return labels
     fix = None
+    writable = {m.host_path for m in plan.mounts if m.writable}
     for path, context in labels.items():
-        if selinux_label.source_label_problem(path, context, "") is None:
+        if path in writable:
+            problem = writable_label_problem(path, context)
+        elif selinux_label.source_label_problem(path, context, "") is None:
             continue
-        fix = fix or relabel_fix(config["source_root"])
-        problem = selinux_label.source_label_problem(path, context, fix)
+        else:
+            fix = fix or relabel_fix(config["source_root"])
+            problem = selinux_label.source_label_problem(path, context, fix)
+        if problem is None:
+            continue
         if mode == "error":
             raise OcihookError(problem)
         log.info(f"warning: {problem}")
     return labels
+
+
+def writable_label_problem(path: str, context: str | None) -> str | None:
+    """A directory the profile mounts read-write (the MPS pipe dir) must be writable by every
+    container: container_file_t at s0, no categories (container_ro_file_t would not do)."""
+    try:
+        _user, _role, type_, level = selinux_label.split_context(context or "")
+    except ValueError:
+        type_, level = None, None
+    if type_ in selinux_label.CONTAINER_FILE_TYPES and level in ("", "s0"):
+        return None
+    return (
+        f"{path} is mounted read-write but labelled {context or 'nothing'}, which containers "
+        f"cannot write; run: chcon -R -t container_file_t -l s0 {path} (and make it "
+        "persistent with semanage fcontext)"
+    )
 
 
 def relabel_fix(source_root: str) -> str:

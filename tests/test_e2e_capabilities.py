@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import yaml
 
+from ocihook.errors import OcihookError
 from tests.conftest import PROFILES, base_config
 from tests.support import synthetic
 
@@ -123,3 +125,70 @@ def test_kernel_version_selects_files_and_refuses_a_mismatch(hook_setup, image_b
         "libsynth.so.* only of 0.9.9, 1.2.3: the driver was upgraded without reloading its "
         "kernel module; reboot (or reload it)"
     ) in refused.stderr
+
+
+def test_writable_directory_needs_a_label_containers_can_write(tmp_path):
+    """Real security.selinux xattrs (no SELinux LSM here: the labels are set and read back)."""
+    from ocihook.inject import check_source_labels
+    from ocihook.plan import Mount, Plan
+    from ocihook.record import Log
+
+    mps = tmp_path / "mps"
+    mps.mkdir()
+    plan = Plan(
+        profile="p",
+        source_root=str(tmp_path),
+        device_root="/",
+        request="0",
+        lib_dir="/usr/lib64",
+        mounts=[Mount("/mps", str(mps), "/tmp/nvidia-mps", "directory", True)],
+    )
+    config = {"selinux": {"source_check": "error"}, "source_root": str(tmp_path)}
+    log = Log("none", False)
+    os.setxattr(mps, "security.selinux", b"system_u:object_r:container_ro_file_t:s0\0")
+    with pytest.raises(OcihookError) as error:
+        check_source_labels(plan, config, log)
+    assert str(error.value) == (
+        f"{mps} is mounted read-write but labelled system_u:object_r:container_ro_file_t:s0, "
+        f"which containers cannot write; run: chcon -R -t container_file_t -l s0 {mps} (and "
+        "make it persistent with semanage fcontext)"
+    )
+    os.setxattr(mps, "security.selinux", b"system_u:object_r:container_file_t:s0\0")
+    assert check_source_labels(plan, config, log) == {
+        str(mps): "system_u:object_r:container_file_t:s0"
+    }
+
+
+def test_compat32_libraries_go_to_the_images_32_bit_dir(hook_setup, image_debian, tmp_path):
+    """Stand-in: the "32-bit" libsynth is a copy of the 64-bit one (no 32-bit toolchain
+    here); what is checked is where it lands in a Debian image and that the image's ld
+    cache is updated for that dir, not that a 32-bit program loads it."""
+    root = synthetic.build_driver(tmp_path / "drv")
+    real = f"libsynth.so.{synthetic.VERSION}"
+    i386 = root / "usr/lib/i386-linux-gnu"
+    i386.mkdir(parents=True)
+    (i386 / real).write_bytes((root / synthetic.MULTIARCH / real).read_bytes())
+    os.symlink(real, i386 / "libsynth.so.1")
+    profile = _profile(
+        libraries=[],
+        binaries=[],
+        library_dirs32=["/usr/lib/i386-linux-gnu"],
+        default_capabilities=["base"],
+        capabilities={"base": {"libraries": ["libsynth.so.*"]}, "compat32": {}},
+    )
+    hook_setup.write_config(**base_config(hook_setup.dir, root, profile=profile))
+    script = (
+        "ls /usr/lib/i386-linux-gnu/ | grep synth; "
+        "grep -c /usr/lib/i386-linux-gnu/libsynth.so.1 /etc/ld.so.cache"
+    )
+    plain = hook_setup.run(image_debian, ["/bin/sh", "-c", script], devices="0")
+    assert "libsynth" not in plain.stdout  # compat32 not asked for
+    both = hook_setup.run(
+        image_debian,
+        ["/bin/sh", "-c", script],
+        devices="0",
+        # podman 4.3 splits --annotation at commas unless the pair is double-quoted (CSV)
+        extra=["--annotation", f'"{CAPS}=base,compat32"'],
+    )
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.split() == ["libsynth.so.1", real, "1"]
