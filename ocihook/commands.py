@@ -177,10 +177,18 @@ def _check_driver(config: dict, ok, bad) -> None:
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
             result = plan_for(config, roots, parse_request("all", "check"))
+        version = (
+            f"driver {result.driver_version} (from {result.version_source})"
+            if result.driver_version
+            else "driver version unknown"
+        )
         ok(
             f"source root {config['source_root']}: {len(result.mounts)} files, "
-            f"{len(result.links)} links, {len(result.devices)} device nodes"
+            f"{len(result.links)} links, {len(result.devices)} device nodes "
+            f"(capabilities {', '.join(result.capabilities) or 'none'}); {version}"
         )
+        for warning in result.warnings:
+            click.echo(f"warning {warning}")
     except OcihookError as error:
         bad(str(error))
     ldconfig = config["ldconfig"]

@@ -253,6 +253,7 @@ def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -
         "source_root": plan.source_root,
         "device_root": plan.device_root,
         "driver_version": plan.driver_version,
+        "capabilities": plan.capabilities,
         "mount_label": container.mount_label,
         "process_label": container.process_label,
         "file_label": label,

@@ -267,3 +267,20 @@ def test_library_dirs_first_overrides_the_ld_cache(tmp_path):
     data = plan_json(root, "--lib-dir", MULTI, tmp=tmp_path, profile=profile)
     assert data["driver_version"] == hosts.OLD
     assert data["ld_cache"] == "not used (profile ld_cache: null)"
+
+
+def test_check_shows_the_version_source_and_warnings(tmp_path):
+    root = hosts.stale(tmp_path / "host", kernel=None)
+    plan(root, tmp=tmp_path)  # writes the config
+    result = subprocess.run(
+        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(tmp_path / "config.yaml")]
+        + ["--hooks-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert (
+        f"ok      source root {root}: 5 files, 2 links, 5 device nodes (capabilities compute, "
+        f"utility); driver {hosts.OLD} (from libnvidia-ml.so.*, no kernel module version)\n"
+    ) in result.stdout
+    assert "warning no kernel module version" in result.stdout
