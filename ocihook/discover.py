@@ -547,7 +547,7 @@ def build_plan(
         capabilities = list(profile["default_capabilities"])
     placeholder = lib_dir is None
     lib_dir = lib_dir or PLACEHOLDER_LIB_DIR
-    lib_dir32 = PLACEHOLDER_LIB_DIR32
+    lib_dir32 = PLACEHOLDER_LIB_DIR32 if lib_dir != PLACEHOLDER_LIB_DIR32 else "/usr/lib32"
     parts = select_parts(profile, capabilities)
     finder = _LibraryFinder(roots, profile)
     version, version_source, warnings = driver_version(roots, profile, finder)
