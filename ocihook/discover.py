@@ -579,7 +579,10 @@ def build_plan(
         driver_version=version,
         mounts=mounts,
         links=links,
-        devices=_devices(roots, profile, parts["control"], indices, available),
+        devices=_with_mode(
+            _devices(roots, profile, parts["control"], indices, available),
+            profile["devices"].get("mode"),
+        ),
         ld_dirs=ld_dirs_for(mounts, lib_dir, lib_dir32),
         ldconfig=has_libraries and config["ldconfig"]["enabled"],
         capabilities=capabilities,
@@ -590,6 +593,18 @@ def build_plan(
         unmatched=unmatched,
         warnings=warnings,
     )
+
+
+def _with_mode(nodes: list[DeviceNode], mode: str | None) -> list[DeviceNode]:
+    """The profile's `devices.mode` (octal) for the nodes the hook creates, when it sets one;
+    else each keeps its host node's mode."""
+    if not mode:
+        return nodes
+    value = int(mode, 8)
+    return [
+        DeviceNode(n.path, n.host_path, n.type, n.major, n.minor, value, n.index, n.access)
+        for n in nodes
+    ]
 
 
 def _ld_cache_note(finder: _LibraryFinder, roots: Roots) -> str:

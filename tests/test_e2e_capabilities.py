@@ -192,3 +192,17 @@ def test_compat32_libraries_go_to_the_images_32_bit_dir(hook_setup, image_debian
     )
     assert both.returncode == 0, both.stderr
     assert both.stdout.split() == ["libsynth.so.1", real, "1"]
+
+
+def test_profile_mode_overrides_the_host_nodes_mode(hook_setup, image_busybox, synth_root):
+    """devices.mode 0660: root in the container opens the node, user 1000 may not."""
+    profile = _profile(devices={**_profile()["devices"], "mode": "0660"})
+    hook_setup.write_config(**base_config(hook_setup.dir, synth_root, profile=profile))
+    script = "stat -c %a /dev/synth0; exec 3<>/dev/synth0 && echo OPENED"
+    as_root = hook_setup.run(image_busybox, ["/bin/sh", "-c", script], devices="0")
+    assert as_root.stdout.split() == ["660", "OPENED"], as_root.stderr
+    as_user = hook_setup.run(
+        image_busybox, ["/bin/sh", "-c", script], devices="0", extra=["--user", "1000:1000"]
+    )
+    assert as_user.stdout.split() == ["660"]
+    assert "Permission denied" in as_user.stderr
