@@ -104,7 +104,7 @@ def _links(plan: Plan) -> list[str]:
 
 def _devices(plan: Plan) -> list[str]:
     lines = [
-        f"devices ({len(plan.devices)}; mknod with the host's mode, allowed in the device "
+        f"devices ({len(plan.devices)}; mknod with the mode shown, allowed in the device "
         "cgroup as shown):"
     ]
     width = max((len(d.path) for d in plan.devices), default=0)
