@@ -199,7 +199,7 @@ def read_kernel_version(roots: Roots, paths: list[str]) -> tuple[str, str] | Non
     `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  ...` (/proc/driver/...)."""
     for path in paths:
         try:
-            fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY)
+            fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             continue
         try:

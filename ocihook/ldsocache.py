@@ -10,6 +10,7 @@ size, and every offset is checked.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
 from ocihook import securepath
@@ -88,13 +89,17 @@ def _string(data: bytes, offset: int, what: str) -> str:
 def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
     """The entries of the cache at `path` inside the root `root_fd`; None if there is none."""
     try:
-        fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY)
+        # O_NONBLOCK: a FIFO planted in a driver volume must not hang the hook.
+        fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
         raise OcihookError(f"{what}: {error.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OcihookError(f"{what}: not a regular file")
+        size = st.st_size
         if size > MAX_BYTES:
             raise OcihookError(f"{what}: larger than {MAX_BYTES >> 20} MiB")
         chunks = []

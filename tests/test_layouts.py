@@ -284,3 +284,13 @@ def test_check_shows_the_version_source_and_warnings(tmp_path):
         f"utility); driver {hosts.OLD} (from libnvidia-ml.so.*, no kernel module version)\n"
     ) in result.stdout
     assert "warning no kernel module version" in result.stdout
+
+
+def test_fifo_as_ld_cache_is_refused_at_once(tmp_path):
+    """A driver volume that plants a FIFO where the cache goes must not hang the hook."""
+    root = hosts.gcp(tmp_path / "host")
+    (root / "etc/ld.so.cache").unlink()
+    os.mkfifo(root / "etc/ld.so.cache")
+    result = plan(root, tmp=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == f"ocihook: source {root}/etc/ld.so.cache: not a regular file\n"
