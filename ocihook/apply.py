@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 _MOUNT_ATTRS = linux.MOUNT_ATTR_RDONLY | linux.MOUNT_ATTR_NOSUID | linux.MOUNT_ATTR_NODEV
 _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+_MULTIARCH32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
 
 
 class SourceTree(Struct):
@@ -66,7 +67,7 @@ def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result
     """Append the source (so that it is closed on failure), then check it is still the kind
     of file that was planned."""
     sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
-    wanted = stat.S_ISSOCK if m.kind == "socket" else stat.S_ISREG
+    wanted = {"socket": stat.S_ISSOCK, "directory": stat.S_ISDIR}.get(m.kind, stat.S_ISREG)
     if not wanted(st.st_mode):
         raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
 
@@ -82,6 +83,8 @@ def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
     try:
         for m in plan.mounts:
             attrs = _MOUNT_ATTRS | (linux.MOUNT_ATTR_NOEXEC if m.noexec else 0)
+            if m.writable:
+                attrs &= ~linux.MOUNT_ATTR_RDONLY
             tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
             _add_source(trees, m, tree, st)
     except BaseException:
@@ -176,7 +179,7 @@ def open_device_nodes(plan: Plan, real_path: str, host_fd: int) -> dict[str, int
 
 def classic_flags(mount: Mount) -> int:
     return (
-        linux.MS_RDONLY
+        (0 if mount.writable else linux.MS_RDONLY)
         | linux.MS_NOSUID
         | linux.MS_NODEV
         | (linux.MS_NOEXEC if mount.noexec else 0)
@@ -185,6 +188,8 @@ def classic_flags(mount: Mount) -> int:
 
 def mount_kinds(mount: Mount) -> tuple[Callable[[int], bool], ...]:
     """File types an existing mountpoint in the image may have for this mount."""
+    if mount.kind == "directory":
+        return (stat.S_ISDIR,)
     return (stat.S_ISREG, stat.S_ISSOCK) if mount.kind == "socket" else (stat.S_ISREG,)
 
 
@@ -281,6 +286,16 @@ def detect_lib_dir(root_fd: int) -> str:
         finally:
             os.close(fd)
     return "/usr/lib"
+
+
+def lib_dir32_for(lib_dir: str) -> str:
+    """Where 32-bit (compat32) libraries go, given the image's 64-bit library dir: the
+    multiarch dir beside a multiarch one (Debian), else /usr/lib (RHEL's 32-bit dir), or
+    /usr/lib32 when the 64-bit libraries themselves are in /usr/lib."""
+    machine = os.uname().machine
+    if lib_dir == f"/usr/lib/{_MULTIARCH.get(machine)}" and machine in _MULTIARCH32:
+        return f"/usr/lib/{_MULTIARCH32[machine]}"
+    return "/usr/lib32" if lib_dir.rstrip("/") == "/usr/lib" else "/usr/lib"
 
 
 def _looks_like_lib_dir(fd: int) -> bool:
@@ -418,19 +433,23 @@ class ContainerWriter:
 
     # -- mounts ----------------------------------------------------------
     def _mountpoint(self, path: str, kinds: tuple[Callable[[int], bool], ...]) -> int:
-        """O_PATH fd of a file at `path` to mount onto, created empty if missing."""
+        """O_PATH fd of a file (or, for a directory mount, a directory) at `path` to mount
+        onto, created empty if missing."""
         parent_fd, name = self._parent(path)
         try:
             if not os.path.lexists(securepath.fd_path(parent_fd, name)):
                 self._may_create_in(parent_fd, path)
             try:
-                fd = os.open(
-                    name,
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o644,
-                    dir_fd=parent_fd,
-                )
-                os.close(fd)
+                if kinds == (stat.S_ISDIR,):
+                    os.mkdir(name, 0o755, dir_fd=parent_fd)
+                else:
+                    fd = os.open(
+                        name,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o644,
+                        dir_fd=parent_fd,
+                    )
+                    os.close(fd)
                 self._created(path, parent_fd)
             except FileExistsError:
                 pass
@@ -539,6 +558,9 @@ class ContainerWriter:
         parent_fd, name = self._parent(node.path)
         kind = stat.S_IFCHR if node.type == "c" else stat.S_IFBLK
         self._may_create_in(parent_fd, node.path)
+        # The node gets the host node's mode whatever the hook's umask (0022 would leave
+        # 0644: a container running as a non-root user could not open the device).
+        old_umask = os.umask(0)
         try:
             os.mknod(name, kind | node.mode, os.makedev(node.major, node.minor), dir_fd=parent_fd)
         except FileExistsError:
@@ -551,6 +573,8 @@ class ContainerWriter:
             ) from None
         except OSError as error:
             raise OcihookError(f"container {node.path}: mknod: {error.strerror}") from None
+        finally:
+            os.umask(old_umask)
         self._created(node.path, parent_fd)
 
 

@@ -61,9 +61,16 @@ def poststop(config_path: str, cache_dir: str) -> None:
     "addresses (0000:c1:00.0) and node names (renderD129).",
 )
 @click.option(
+    "--capabilities",
+    default=None,
+    help="Driver capabilities to plan for: compute,utility,... or all "
+    "(default: the profile's default_capabilities).",
+)
+@click.option(
     "--lib-dir",
     default=None,
-    help="Container library dir (default: the config's; 'auto' shows /usr/lib64).",
+    help="Container library dir (default: the config's; 'auto' shows the placeholder "
+    "/usr/lib64, marked as such).",
 )
 @click.option(
     "--rootfs",
@@ -73,23 +80,33 @@ def poststop(config_path: str, cache_dir: str) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(
-    config_path: str, devices: str, lib_dir: str | None, rootfs: str | None, as_json: bool
+    config_path: str,
+    devices: str,
+    capabilities: str | None,
+    lib_dir: str | None,
+    rootfs: str | None,
+    as_json: bool,
 ) -> None:
     """Show what a container asking for DEVICES would get, without touching anything.
 
-    Lists every bind mount (source, container path, flags), soname link, device index
-    (PCI address, kernel driver, nodes), device node (type, major:minor, mode, cgroup
-    access) and ld cache dir, resolved against the configured source and device roots
-    exactly as the hook resolves them.
+    Lists the driver version and where it came from (the loaded kernel module, or the
+    libraries), every bind mount grouped by directory (container dir <- dir inside the
+    source root), soname link, device index (PCI address, kernel driver, nodes), device node
+    (type, major:minor, mode, cgroup rule), the ld cache dirs, and the profile entries that
+    matched nothing, resolved against the configured source and device roots exactly as the
+    hook resolves them.
     """
     from ocihook import apply, securepath
     from ocihook.discover import Roots
     from ocihook.inject import plan_for
-    from ocihook.plan import format_plan
-    from ocihook.request import parse_request
+    from ocihook.plantext import format_plan
+    from ocihook.request import parse_capabilities, parse_request
 
     config, _ = compile_config(config_path)
     request = parse_request(devices, "--devices")
+    available = list(config["profile"]["capabilities"])
+    if capabilities is not None:
+        request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
     if rootfs:
         root_fd = securepath.open_dir(os.path.abspath(rootfs))
         try:
@@ -99,13 +116,15 @@ def plan(
     elif lib_dir is None and config["container"]["lib_dir"] != "auto":
         lib_dir = config["container"]["lib_dir"]
     with Roots(config["source_root"], config["device_root"]) as roots:
-        result = plan_for(config, roots, request, lib_dir)
+        result = plan_for(config, roots, request)
+    if lib_dir is not None:
+        result = result.with_lib_dir(lib_dir, apply.lib_dir32_for(lib_dir))
     if as_json:
         from ocihook.plan import cgroup_rules
 
         click.echo(json.dumps({**result.to_dict(), "cgroup_rules": cgroup_rules(result)}, indent=2))
     else:
-        click.echo(format_plan(result))
+        click.echo(format_plan(result, available))
 
 
 @click.command()
@@ -180,10 +199,18 @@ def _check_driver(config: dict, ok, bad) -> None:
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
             result = plan_for(config, roots, parse_request("all", "check"))
+        version = (
+            f"driver {result.driver_version} (from {result.version_source})"
+            if result.driver_version
+            else "driver version unknown"
+        )
         ok(
             f"source root {config['source_root']}: {len(result.mounts)} files, "
-            f"{len(result.links)} links, {len(result.devices)} device nodes"
+            f"{len(result.links)} links, {len(result.devices)} device nodes "
+            f"(capabilities {', '.join(result.capabilities) or 'none'}); {version}"
         )
+        for warning in result.warnings:
+            click.echo(f"warning {warning}")
         _check_devices(config, result.device_list, ok, bad)
     except OcihookError as error:
         bad(str(error))

@@ -15,7 +15,7 @@ from ocihook.errors import OcihookError
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: profiles with capabilities, ld_cache, library_dirs32
 MAX_YAML_BYTES = 1 << 20
 
 DEFAULTS: dict = {
@@ -23,7 +23,12 @@ DEFAULTS: dict = {
     "profile_dirs": ["/etc/ocihook/profiles", "/usr/share/ocihook/profiles"],
     "source_root": "/",
     "device_root": "/",
-    "request": {"annotation": "ocihook.io/devices", "env": False, "allow": []},
+    "request": {
+        "annotation": "ocihook.io/devices",
+        "capabilities_annotation": "ocihook.io/capabilities",
+        "env": False,
+        "allow": [],
+    },
     "container": {"lib_dir": "auto", "bin_dir": "/usr/bin"},
     "ldconfig": {"enabled": True, "path": "/sbin/ldconfig"},
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
@@ -36,12 +41,17 @@ PROFILE_DEFAULTS: dict = {
     "description": "",
     "env_prefix": None,
     "library_dirs": ["/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/lib"],
+    "library_dirs32": ["/usr/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"],
+    "library_dirs_first": False,
+    "ld_cache": "/etc/ld.so.cache",
     "libraries": [],
     "binary_dirs": ["/usr/bin", "/usr/sbin", "/bin", "/sbin"],
     "binaries": [],
     "driver_version": None,
     "firmware": [],
     "files": [],
+    "capabilities": {},
+    "default_capabilities": [],
     "devices": {"node": None, "nodes": [], "sysfs": None, "control": [], "access": "rw"},
 }
 
@@ -186,7 +196,17 @@ def compile_config(path: str) -> tuple[dict, dict[str, list[int]]]:
         files[profile_path] = _file_key(profile_path)
         profile = document
     config["profile"] = _merge(PROFILE_DEFAULTS, profile)
+    _check_capabilities(config["profile"])
     return config, files
+
+
+def _check_capabilities(profile: dict) -> None:
+    for name in profile["default_capabilities"]:
+        if name not in profile["capabilities"]:
+            raise OcihookError(
+                f"profile {profile['name']}: default_capabilities: {name!r} is not one of "
+                f"its capabilities ({', '.join(profile['capabilities']) or 'none'})"
+            )
 
 
 def find_profile(name: str, profile_dirs: list[str]) -> str:

@@ -182,9 +182,14 @@ def device_node(roots, inner: str, index: int | None, access: str) -> DeviceNode
 
 
 def plan_nodes(
-    roots, spec: dict, indices: list[int], available: dict[int, Device]
+    roots,
+    spec: dict,
+    indices: list[int],
+    available: dict[int, Device],
+    extra_control: list | None = None,
 ) -> list[DeviceNode]:
-    """The nodes of the selected devices, then the shared control nodes."""
+    """The nodes of the selected devices, then the shared control nodes (the profile's, then
+    `extra_control`: those of the selected driver capabilities)."""
     from ocihook.discover import host_path
 
     nodes = []
@@ -196,7 +201,8 @@ def plan_nodes(
                     f"device {index}: node {host_path(roots.device_root, path)} not found"
                 )
             nodes.append(node)
-    for control in spec["control"]:
+    extra = [c for c in extra_control or [] if c not in spec["control"]]
+    for control in spec["control"] + extra:
         entry = {"path": control} if isinstance(control, str) else control
         node = device_node(roots, entry["path"], None, spec["access"])
         if node is None:

@@ -94,10 +94,21 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     request = requested_devices(
         container.annotations, container.env, settings["annotation"], env_key
     )
-    if not request.empty and settings["allow"]:
+    if request.empty:
+        return request
+    if settings["allow"]:
         from ocihook.request import check_allowed
 
         check_allowed(request, container.annotations, settings["allow"])
+    from ocihook.request import requested_capabilities
+
+    request.capabilities = requested_capabilities(
+        container.annotations,
+        container.env,
+        settings["capabilities_annotation"],
+        f"{prefix}_DRIVER_CAPABILITIES" if settings["env"] and prefix else None,
+        list(config["profile"]["capabilities"]),
+    )
     return request
 
 

@@ -33,8 +33,9 @@ def plan_for(
     profile = config["profile"]
     available = available_devices(roots, profile["devices"])
     indices = select_indices(request, available)
-    kwargs = {"lib_dir": lib_dir} if lib_dir else {}
-    return build_plan(config, roots, indices, available, request.describe(), **kwargs)
+    return build_plan(
+        config, roots, indices, available, request.describe(), lib_dir, request.capabilities
+    )
 
 
 def device_rules(plan: Plan) -> list[cgroups.DeviceRule]:
@@ -48,15 +49,37 @@ def check_source_labels(plan: Plan, config: dict, log: record.Log) -> dict[str, 
     if mode == "off":
         return labels
     fix = None
+    writable = {m.host_path for m in plan.mounts if m.writable}
     for path, context in labels.items():
-        if selinux_label.source_label_problem(path, context, "") is None:
+        if path in writable:
+            problem = writable_label_problem(path, context)
+        elif selinux_label.source_label_problem(path, context, "") is None:
             continue
-        fix = fix or relabel_fix(config["source_root"])
-        problem = selinux_label.source_label_problem(path, context, fix)
+        else:
+            fix = fix or relabel_fix(config["source_root"])
+            problem = selinux_label.source_label_problem(path, context, fix)
+        if problem is None:
+            continue
         if mode == "error":
             raise OcihookError(problem)
         log.info(f"warning: {problem}")
     return labels
+
+
+def writable_label_problem(path: str, context: str | None) -> str | None:
+    """A directory the profile mounts read-write (the MPS pipe dir) must be writable by every
+    container: container_file_t at s0, no categories (container_ro_file_t would not do)."""
+    try:
+        _user, _role, type_, level = selinux_label.split_context(context or "")
+    except ValueError:
+        type_, level = None, None
+    if type_ in selinux_label.CONTAINER_FILE_TYPES and level in ("", "s0"):
+        return None
+    return (
+        f"{path} is mounted read-write but labelled {context or 'nothing'}, which containers "
+        f"cannot write; run: chcon -R -t container_file_t -l s0 {path} (and make it "
+        "persistent with semanage fcontext)"
+    )
 
 
 def relabel_fix(source_root: str) -> str:
@@ -104,6 +127,8 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     with Roots(config["source_root"], config["device_root"]) as roots:
         plan = plan_for(config, roots, request)
         log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
+        for warning in plan.warnings:
+            log.info(f"{container.id}: warning: {warning}")
         source_labels = check_source_labels(plan, config, log) if label else {}
         classic = config["mount_api"] == "classic" or not apply.have_new_mount_api()
         # New mount API: clone the sources on the host now. Classic API: open them in the
@@ -166,7 +191,7 @@ def _apply_in_container(
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
-        plan = plan.with_lib_dir(lib_dir)
+        plan = plan.with_lib_dir(lib_dir, apply.lib_dir32_for(lib_dir))
         writer = apply.ContainerWriter(
             root_fd, label, container.host_uid(0), container.host_gid(0), shared
         )
@@ -229,6 +254,7 @@ def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -
         "source_root": plan.source_root,
         "device_root": plan.device_root,
         "driver_version": plan.driver_version,
+        "capabilities": plan.capabilities,
         "mount_label": container.mount_label,
         "process_label": container.process_label,
         "file_label": label,

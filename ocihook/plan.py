@@ -5,15 +5,18 @@ from __future__ import annotations
 from ocihook.struct import Struct
 
 # Mount kinds; libraries and binaries must stay executable (ld.so maps libraries PROT_EXEC).
-EXECUTABLE_KINDS = ("library", "binary")
+EXECUTABLE_KINDS = ("library", "library32", "binary")
+LIBRARY_KINDS = ("library", "library32")
 
 
 class Mount(Struct):
-    __slots__ = ("source", "host_path", "target", "kind")
+    __slots__ = ("source", "host_path", "target", "kind", "writable")
+    _defaults = {"writable": False}
     source: str  # path inside the source root
     host_path: str  # the same file as a host path, for people and records
     target: str  # path inside the container
-    kind: str  # library | binary | firmware | file | socket
+    kind: str  # library | library32 | binary | firmware | file | socket | directory
+    writable: bool  # a directory the profile mounts read-write (e.g. the MPS pipe dir)
 
     @property
     def noexec(self) -> bool:
@@ -52,6 +55,13 @@ class Plan(Struct):
         "ld_dirs",
         "ldconfig",
         "device_list",
+        "capabilities",
+        "version_source",
+        "lib_dir32",
+        "placeholder",
+        "ld_cache",
+        "unmatched",
+        "warnings",
     )
     _defaults = {
         "device_list": [],
@@ -61,12 +71,19 @@ class Plan(Struct):
         "devices": [],
         "ld_dirs": [],
         "ldconfig": False,
+        "capabilities": [],
+        "version_source": None,
+        "lib_dir32": "/usr/lib",
+        "placeholder": False,
+        "ld_cache": None,
+        "unmatched": [],
+        "warnings": [],
     }
     profile: str
     source_root: str
     device_root: str
     request: str
-    lib_dir: str
+    lib_dir: str  # where 64-bit libraries go in the container
     driver_version: str | None
     mounts: list[Mount]
     links: list[Link]
@@ -74,76 +91,61 @@ class Plan(Struct):
     ld_dirs: list[str]
     ldconfig: bool
     device_list: list  # devices.Device of each selected index: address, driver, nodes
+    capabilities: list[str]  # the driver capabilities selected (compute, utility, ...)
+    version_source: str | None  # where driver_version came from
+    lib_dir32: str  # where 32-bit (compat32) libraries go
+    placeholder: bool  # lib_dir/lib_dir32 are placeholders (no image at hand)
+    ld_cache: str | None  # the source root's ld.so.cache that was read, or why not
+    unmatched: list[str]  # profile entries that matched nothing
+    warnings: list[str]
 
-    def with_lib_dir(self, lib_dir: str) -> Plan:
-        """The same plan with libraries (and their links) placed in `lib_dir`."""
-        old = self.lib_dir.rstrip("/") + "/"
-        new = lib_dir.rstrip("/") + "/"
+    def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:
+        """The same plan with libraries (and their links) placed in `lib_dir` (64-bit) and
+        `lib_dir32` (32-bit)."""
+        moves = [(self.lib_dir, lib_dir, "library")]
+        if lib_dir32 is not None:
+            moves.append((self.lib_dir32, lib_dir32, "library32"))
 
-        def move(path: str) -> str:
-            return new + path[len(old) :] if path.startswith(old) else path
+        def move(path: str, kind: str) -> str:
+            for old, new, which in moves:
+                old, new = old.rstrip("/") + "/", new.rstrip("/") + "/"
+                if kind == which and path.startswith(old):
+                    return new + path[len(old) :]
+            return path
 
+        kinds = {m.target: m.kind for m in self.mounts}
         mounts = [
-            Mount(m.source, m.host_path, move(m.target), m.kind) if m.kind == "library" else m
+            Mount(m.source, m.host_path, move(m.target, m.kind), m.kind, m.writable)
+            if m.kind in LIBRARY_KINDS
+            else m
             for m in self.mounts
         ]
-        links = [Link(move(link.target), link.points_to) for link in self.links]
-        ld_dirs = [move(d + "/").rstrip("/") for d in self.ld_dirs]
-        return Plan(
-            profile=self.profile,
-            source_root=self.source_root,
-            device_root=self.device_root,
-            request=self.request,
+        links = []
+        for link in self.links:
+            parent = link.target.rsplit("/", 1)[0]
+            kind = kinds.get(f"{parent}/{link.points_to}", "library")
+            links.append(Link(move(link.target, kind), link.points_to))
+        new32 = lib_dir32 if lib_dir32 is not None else self.lib_dir32
+        values = {name: getattr(self, name) for name in self.__slots__}
+        values.update(
             lib_dir=lib_dir,
-            driver_version=self.driver_version,
+            lib_dir32=new32,
             mounts=mounts,
             links=links,
             devices=list(self.devices),
-            ld_dirs=ld_dirs,
-            ldconfig=self.ldconfig,
             device_list=list(self.device_list),
+            ld_dirs=ld_dirs_for(mounts, lib_dir, new32),
+            placeholder=False,
         )
+        return Plan(**values)
+
+
+def ld_dirs_for(mounts: list[Mount], lib_dir: str, lib_dir32: str) -> list[str]:
+    """The container dirs the ld cache must cover: the lib dirs that got libraries."""
+    kinds = {m.kind for m in mounts}
+    return [d for d, kind in ((lib_dir, "library"), (lib_dir32, "library32")) if kind in kinds]
 
 
 def cgroup_rules(plan: Plan) -> list[str]:
     """The device cgroup rules the plan adds, in cgroup v1 syntax ("c 195:0 rw")."""
     return [f"{d.type} {d.major}:{d.minor} {d.access}" for d in plan.devices]
-
-
-def format_plan(plan: Plan) -> str:
-    """The plan as a readable listing (what `ocihook plan` prints)."""
-    lines = [
-        f"profile:      {plan.profile}",
-        f"source root:  {plan.source_root}",
-        f"device root:  {plan.device_root}",
-        f"request:      {plan.request}",
-        f"library dir:  {plan.lib_dir}",
-    ]
-    if plan.driver_version:
-        lines.append(f"driver:       {plan.driver_version}")
-    lines.append(f"mounts ({len(plan.mounts)}, read-only, nosuid, nodev):")
-    for m in plan.mounts:
-        flags = "noexec" if m.noexec else "exec"
-        lines.append(f"  {m.kind:<8} {m.target}  <-  {m.host_path}  [{flags}]")
-    lines.append(f"links ({len(plan.links)}):")
-    lines.extend(f"  {link.target} -> {link.points_to}" for link in plan.links)
-    if plan.device_list:
-        lines.append(f"device indices ({len(plan.device_list)}): index, address, driver, nodes")
-        lines.extend(
-            f"  {d.index:<3} {d.address or '-':<14} {d.driver or '-':<12} {' '.join(d.nodes)}"
-            for d in plan.device_list
-        )
-    lines.append(f"devices ({len(plan.devices)}):")
-    for d in plan.devices:
-        which = f"index {d.index}" if d.index is not None else "control"
-        lines.append(
-            f"  {d.path}  {d.type} {d.major}:{d.minor}  mode {d.mode:04o}  "
-            f"cgroup {d.access}  ({which})"
-        )
-    if plan.devices:
-        lines.append("device cgroup (v1 devices.allow, or prepended to the v2 eBPF program):")
-        lines.extend(f"  allow {rule}" for rule in cgroup_rules(plan))
-    lines.append(
-        f"ld cache:     {'update for ' + ', '.join(plan.ld_dirs) if plan.ldconfig else 'no'}"
-    )
-    return "\n".join(lines)

@@ -2,7 +2,9 @@
 PCI addresses (`0000:c1:00.0`) and node names (`renderD129`, `/dev/accel/accel3`).
 
 The request comes from an annotation (default `ocihook.io/devices`) and, only when the
-config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`.
+config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`. The driver
+capabilities (which parts of the driver: compute, utility, graphics, ...) come the same way
+from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ class DeviceRequest(Struct):
     """`indices` is None for `all`; empty `indices` and `names` mean nothing was asked for.
     `names` are PCI addresses and node names, resolved against the host's devices later."""
 
-    __slots__ = ("indices", "origin", "names")
-    _defaults = {"names": ()}
+    __slots__ = ("indices", "origin", "names", "capabilities")
+    _defaults = {"names": (), "capabilities": None}
 
     indices: tuple[int, ...] | None
     origin: str
     names: tuple[str, ...]
+    capabilities: list[str] | None  # None: the profile's default capabilities
 
     @property
     def empty(self) -> bool:
@@ -147,6 +150,43 @@ def _listing(available: dict) -> str:
         ]
         items.append(f"{index} ({' '.join(words)})" if words else str(index))
     return ", ".join(items) or "none"
+
+
+def parse_capabilities(value: str, origin: str, available: list[str]) -> list[str] | None:
+    """`compute,utility`, `all` or `` (the default: None) into capability names of the
+    profile (`available`, in profile order); an unknown name is an error."""
+    if len(value) > MAX_REQUEST_LENGTH:
+        raise OcihookError(f"{origin}: capability list longer than {MAX_REQUEST_LENGTH} characters")
+    names = [n.strip() for n in value.lower().split(",") if n.strip()]
+    if not names:
+        return None
+    if "all" in names:
+        return list(available)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        have = ", ".join(available) or "none"
+        raise OcihookError(
+            f"{origin}: unknown driver capability {unknown[0]!r:.40} (the profile has: {have})"
+        )
+    return [n for n in available if n in names]
+
+
+def requested_capabilities(
+    annotations: dict[str, str],
+    env: dict[str, str],
+    annotation_key: str,
+    env_key: str | None,
+    available: list[str],
+) -> list[str] | None:
+    """The capabilities the container asks for (annotation first, then the env variable
+    when enabled), or None for the profile's default."""
+    if annotation_key in annotations:
+        return parse_capabilities(
+            annotations[annotation_key], f"annotation {annotation_key}", available
+        )
+    if env_key and env_key in env:
+        return parse_capabilities(env[env_key], f"image env {env_key}", available)
+    return None
 
 
 def select_indices(request: DeviceRequest, available: dict) -> list[int]:

@@ -134,11 +134,17 @@ def test_nvidia_plan_selects_one_gpu_and_keeps_control_nodes(nvidia_config):
 def test_plan_text_output_lists_everything(nvidia_config):
     result = run_plan(nvidia_config, "--devices", "0")
     assert result.returncode == 0, result.stderr
-    assert "library  /usr/lib64/libcuda.so.550.54.14" in result.stdout
-    assert "/usr/lib64/libcuda.so.1 -> libcuda.so.550.54.14" in result.stdout
-    assert "/dev/nvidia0  c 195:0  mode 0666  cgroup rw  (index 0)" in result.stdout
-    assert "firmware /lib/firmware/nvidia/550.54.14/gsp_ga10x.bin" in result.stdout
-    assert "  allow c 195:0 rw\n  allow c 195:255 rw\n" in result.stdout
+    out = result.stdout
+    assert "library dir:  /usr/lib64 (placeholder: the hook uses the image's own" in out
+    assert "  /usr/lib64/  <-  /usr/lib/x86_64-linux-gnu/\n    library   libnvidia-ml.so.5" in out
+    assert "\n    library   libcuda.so.550.54.14\n" in out
+    assert "    libcuda.so.1 -> libcuda.so.550.54.14" in out
+    assert "  index 0:\n    /dev/nvidia0           mode 0666  allow c 195:0 rw\n" in out
+    assert "  /lib/firmware/nvidia/550.54.14/\n    firmware  gsp_ga10x.bin" in out
+    assert "driver:       550.54.14 (from libnvidia-ml.so.*, no kernel module version)" in out
+    assert "  binaries: nv-fabricmanager" in out
+    assert out.count("/dev/nvidiactl") == 1  # each device once, with its cgroup rule
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_plan_unknown_index_is_a_clear_error(nvidia_config):

@@ -1,0 +1,150 @@
+"""The plan as text for people (`ocihook plan`): fits a 100-column terminal.
+
+Mount sources are paths inside the source root (named once at the top), grouped by
+directory; each device is listed once, with its device cgroup rule.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ocihook.plan import Plan
+
+WIDTH = 100
+_PLACEHOLDER_NOTE = "placeholder: the hook uses the image's own; --rootfs IMAGE_ROOT shows it"
+
+
+def _wrap(items: list[str], indent: str = "  ") -> list[str]:
+    """`items` joined by ", " (after a leading "kind:") into lines of at most WIDTH columns."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        sep = " " if line.endswith(":") else ", "
+        candidate = f"{line}{sep}{item}" if line else item
+        lead = indent if not lines else indent + "    "
+        if line and len(lead) + len(candidate) + 1 > WIDTH:
+            lines.append(f"{lead}{line}{'' if line.endswith(':') else ','}")
+            line = item
+        else:
+            line = candidate
+    if line:
+        lines.append(f"{indent if not lines else indent + '    '}{line}")
+    return lines
+
+
+def _field(name: str, value: str) -> str:
+    return f"{name + ':':<14}{value}"
+
+
+def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
+    capabilities = ", ".join(plan.capabilities) or "-"
+    others = [c for c in all_capabilities or () if c not in plan.capabilities]
+    if others:
+        capabilities += f" (also: {', '.join(others)})"
+    lines = [
+        _field("profile", plan.profile),
+        _field("capabilities", capabilities),
+        _field("source root", plan.source_root),
+        _field("device root", plan.device_root),
+        _field("request", plan.request),
+    ]
+    if plan.driver_version:
+        lines.append(_field("driver", f"{plan.driver_version} (from {plan.version_source})"))
+    else:
+        lines.append(
+            _field(
+                "driver",
+                "version unknown (no kernel module version file and no "
+                "versioned library): {version} entries skipped",
+            )
+        )
+    if plan.ld_cache:
+        lines.append(_field("ld.so.cache", plan.ld_cache))
+    note = f" ({_PLACEHOLDER_NOTE})" if plan.placeholder else ""
+    lines.append(_field("library dir", plan.lib_dir + note))
+    if any(m.kind == "library32" for m in plan.mounts):
+        lines.append(_field("32-bit dir", plan.lib_dir32 + (" (placeholder)" if note else "")))
+    lines.extend(f"warning: {w}" for w in plan.warnings)
+    return lines
+
+
+def _mounts(plan: Plan) -> list[str]:
+    lines = [
+        f"mounts ({len(plan.mounts)}; container dir <- dir inside the source root):",
+        "  (read-only unless [rw]; nosuid, nodev; noexec except libraries and binaries)",
+    ]
+    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for m in plan.mounts:
+        source_dir, source_name = os.path.split(m.source)
+        target_dir, target_name = os.path.split(m.target)
+        name = target_name if source_name == target_name else f"{target_name} <- {source_name}"
+        if m.writable:
+            name += "  [rw]"
+        groups.setdefault((source_dir, target_dir), []).append((m.kind, name, m.target))
+    for (source_dir, target_dir), items in groups.items():
+        if source_dir == target_dir:
+            lines.append(f"  {source_dir}/")
+        else:
+            lines.append(f"  {target_dir}/  <-  {source_dir}/")
+        lines.extend(f"    {kind:<10}{name}" for kind, name, _ in items)
+    return lines
+
+
+def _links(plan: Plan) -> list[str]:
+    lines = [f"soname links ({len(plan.links)}):"]
+    groups: dict[str, list[str]] = {}
+    for link in plan.links:
+        directory, name = os.path.split(link.target)
+        groups.setdefault(directory, []).append(f"{name} -> {link.points_to}")
+    for directory, items in groups.items():
+        lines.append(f"  {directory}/")
+        lines.extend(f"    {item}" for item in items)
+    return lines
+
+
+def _devices(plan: Plan) -> list[str]:
+    """Each device once: its index (PCI address and kernel driver where sysfs told them),
+    then its nodes with mode and cgroup rule; then the shared control nodes."""
+    lines = [
+        f"devices ({len(plan.devices)} nodes; mknod with the mode shown, allowed in the device "
+        "cgroup as shown):"
+    ]
+    width = max((len(d.path) for d in plan.devices), default=0)
+    described = {d.index: d for d in plan.device_list}
+
+    def node_line(d) -> str:
+        rule = f"{d.type} {d.major}:{d.minor} {d.access}"
+        return f"    {d.path:<{width}}  mode {d.mode:04o}  allow {rule}"
+
+    groups: dict[int | None, list] = {}
+    for d in plan.devices:
+        groups.setdefault(d.index, []).append(d)
+    for index, nodes in groups.items():
+        if index is None:
+            lines.append("  control (shared by every device):")
+        else:
+            device = described.get(index)
+            where = " ".join(x for x in (device.address, device.driver) if x) if device else ""
+            lines.append(f"  index {index}:{' ' + where if where else ''}")
+        lines.extend(node_line(d) for d in nodes)
+    return lines
+
+
+def format_plan(plan: Plan, all_capabilities: list[str] | None = None) -> str:
+    """The plan as a readable listing, lines of at most 100 columns for usual paths."""
+    lines = _header(plan, all_capabilities)
+    lines += _mounts(plan)
+    if plan.links:
+        lines += _links(plan)
+    lines += _devices(plan)
+    ld = "update for " + ", ".join(plan.ld_dirs) if plan.ldconfig else "no"
+    lines.append(_field("ld cache", ld))
+    if plan.unmatched:
+        lines.append(f"not found ({len(plan.unmatched)} profile entries matched nothing):")
+        groups: dict[str, list[str]] = {}
+        for item in plan.unmatched:
+            kind, _, name = item.partition(": ")
+            groups.setdefault(kind, []).append(name)
+        for kind, names in groups.items():
+            lines += _wrap([f"{kind}:"] + names, "  ")
+    return "\n".join(lines)

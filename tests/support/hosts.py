@@ -1,0 +1,287 @@
+"""Fake NVIDIA driver installs laid out like real hosts, each with its own ld.so.cache.
+
+The library files are stand-ins (an ELF identification header and a name, nothing the hook
+loads); the ld.so.cache is written by `write_ld_cache` in glibc's binary format (checked
+against the host's own ldconfig in tests/test_ldsocache.py). Device nodes are real char
+devices of this machine (stand-ins for GPUs); the kernel module version is a file under
+the device root, where the real host has /sys/module/nvidia/version.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+VERSION = "550.54.14"
+OLD = "535.104.05"
+X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+I386 = 0x0003  # FLAG_ELF_LIBC6
+NODES = {
+    "nvidia0": (195, 0),
+    "nvidia1": (195, 1),
+    "nvidiactl": (195, 255),
+    "nvidia-uvm": (510, 0),
+    "nvidia-uvm-tools": (510, 1),
+    "nvidia-modeset": (195, 254),
+}
+# library base name -> soname suffix ("" for a library without a soname link)
+UTILITY = {"libnvidia-ml.so": "1", "libnvidia-cfg.so": "1", "libnvidia-nscq.so": "2"}
+COMPUTE = {
+    "libcuda.so": "1",
+    "libcudadebugger.so": "1",
+    "libnvidia-opencl.so": "1",
+    "libnvidia-ptxjitcompiler.so": "1",
+    "libnvidia-allocator.so": "1",
+    "libnvidia-nvvm.so": "4",
+    "libnvidia-gpucomp.so": "",
+    "libnvidia-pkcs11-openssl3.so": "",
+    "libnvidia-tileiras.so": "1",
+}
+VIDEO = {"libnvcuvid.so": "1", "libnvidia-encode.so": "1", "libnvidia-opticalflow.so": "1"}
+GRAPHICS = {
+    "libGLX_nvidia.so": "0",
+    "libEGL_nvidia.so": "0",
+    "libGLESv2_nvidia.so": "2",
+    "libnvidia-glcore.so": "",
+    "libnvidia-eglcore.so": "",
+    "libnvidia-glsi.so": "",
+    "libnvidia-tls.so": "",
+    "libnvidia-glvkspirv.so": "",
+}
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nv-fabricmanager",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+
+
+def write_ld_cache(path: Path, entries: list[tuple[str, str, int]]) -> None:
+    """An ld.so.cache in glibc's "glibc-ld.so.cache1.1" format (what `ldconfig` writes)."""
+    strings = bytearray()
+    offsets: dict[str, int] = {}
+    header = struct.Struct("=20sIIB3xI12x")
+    entry = struct.Struct("=iIIIQ")
+    base = header.size + len(entries) * entry.size
+
+    def offset(text: str) -> int:
+        if text not in offsets:
+            offsets[text] = base + len(strings)
+            strings.extend(text.encode() + b"\0")
+        return offsets[text]
+
+    table = b"".join(entry.pack(f, offset(k), offset(v), 0, 0) for k, v, f in entries)
+    data = header.pack(b"glibc-ld.so.cache1.1", len(entries), len(strings), 2, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data + table + bytes(strings))
+
+
+class Tree:
+    """A host root under construction; `cache` collects the ld.so.cache entries."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cache: list[tuple[str, str, int]] = []
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, inner: str) -> Path:
+        return self.root / inner.lstrip("/")
+
+    def file(self, inner: str, content: bytes = b"", mode: int = 0o644) -> None:
+        target = self.path(inner)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        target.chmod(mode)
+
+    def link(self, inner: str, points_to: str) -> None:
+        target = self.path(inner)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(points_to, target)
+
+    def libraries(
+        self,
+        directory: str,
+        libs: dict[str, str],
+        version: str = VERSION,
+        bits: int = 64,
+        cache: bool = True,
+        link_dir: str | None = None,
+    ) -> None:
+        """`<base>.<version>` files in `directory` with soname links; the soname links (or,
+        with `link_dir`, links there to them) are what ldconfig lists."""
+        for base, soname in libs.items():
+            real = f"{base}.{version}"
+            ident = b"\x7fELF" + (b"\x02" if bits == 64 else b"\x01") + b"\x01\x01"
+            self.file(f"{directory}/{real}", ident + real.encode(), 0o755)
+            name = f"{base}.{soname}" if soname else real
+            if soname:
+                self.link(f"{directory}/{name}", real)
+            listed = directory
+            if link_dir:
+                self.link(f"{link_dir}/{name}", f"{directory}/{name}")
+                listed = link_dir
+            if cache:
+                self.cache.append((name, f"{listed}/{name}", X86_64 if bits == 64 else I386))
+
+    def binaries(self, directory: str, names=BINARIES) -> None:
+        for name in names:
+            self.file(f"{directory}/{name}", b"\x7fELF\x02\x01\x01 " + name.encode(), 0o755)
+
+    def firmware(self, directory: str, version: str = VERSION) -> None:
+        for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+            self.file(f"{directory}/nvidia/{version}/{name}", b"firmware")
+
+    def kernel(self, version: str, where: str = "sys") -> None:
+        if where == "sys":
+            self.file("/sys/module/nvidia/version", f"{version}\n".encode())
+        else:
+            self.file(
+                "/proc/driver/nvidia/version",
+                f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Feb 22 "
+                "01:44:30 UTC 2024\nGCC version:  gcc version 12.2.0\n".encode(),
+            )
+
+    def devices(self, names=NODES, mode: int = 0o666) -> None:
+        self.path("/dev").mkdir(parents=True, exist_ok=True)
+        for name, (major, minor) in names.items():
+            node = self.path(f"/dev/{name}")
+            os.mknod(node, mode | 0o020000, os.makedev(major, minor))
+            node.chmod(mode)
+
+    def socket(self, inner: str) -> None:
+        self.path(inner).parent.mkdir(parents=True, exist_ok=True)
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(self.path(inner)))
+        sock.close()
+
+    def system_libraries(self, directory: str) -> None:
+        """Libraries that are not the driver's, in the cache like on a real host."""
+        for name in ("libc.so.6", "libm.so.6", "libGL.so.1", "libEGL.so.1"):
+            self.file(f"{directory}/{name}", b"\x7fELF\x02\x01\x01 system")
+            self.cache.append((name, f"{directory}/{name}", X86_64))
+
+    def finish(self, cache: str | None = "/etc/ld.so.cache") -> Path:
+        if cache:
+            write_ld_cache(self.path(cache), self.cache)
+        return self.root
+
+
+def ubuntu(root: Path) -> Path:
+    """Ubuntu 22.04, NVIDIA's packages: merged /usr (/lib -> usr/lib), multiarch dirs for
+    x86_64 and i386, VDPAU in its subdir, GSP firmware, Vulkan/EGL JSON files."""
+    t = Tree(root)
+    for top in ("lib", "bin", "sbin", "lib64"):
+        t.path(f"/usr/{top}").mkdir(parents=True, exist_ok=True)
+        t.link(f"/{top}", f"usr/{top}")
+    multi, i386 = "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"
+    t.system_libraries(multi)
+    t.libraries(multi, {**UTILITY, **COMPUTE, **VIDEO, **GRAPHICS})
+    t.libraries(i386, {"libcuda.so": "1", "libnvidia-ml.so": "1", "libGLX_nvidia.so": "0"}, bits=32)
+    t.libraries(f"{multi}/vdpau", {"libvdpau_nvidia.so": "1"}, cache=False)
+    t.libraries(multi, {"libnvidia-egl-gbm.so": "1"}, version="1.1.1")
+    t.binaries("/usr/bin")
+    t.firmware("/usr/lib/firmware")
+    t.file("/usr/share/vulkan/icd.d/nvidia_icd.json", b'{"ICD": {}}')
+    t.file("/usr/share/glvnd/egl_vendor.d/10_nvidia.json", b'{"ICD": {}}')
+    t.socket("/run/nvidia-persistenced/socket")
+    t.path("/tmp/nvidia-mps").mkdir(parents=True)
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish()
+
+
+def rhel(root: Path) -> Path:
+    """RHEL with NVIDIA's CUDA repo packages: /usr/lib64 and 32-bit /usr/lib, /lib a real
+    directory; the kernel version only in /proc/driver/nvidia/version."""
+    t = Tree(root)
+    t.system_libraries("/usr/lib64")
+    t.libraries("/usr/lib64", {**UTILITY, **COMPUTE})
+    t.libraries("/usr/lib", {"libcuda.so": "1", "libnvidia-ml.so": "1"}, bits=32)
+    t.binaries("/usr/bin")
+    t.firmware("/lib/firmware")
+    t.kernel(VERSION, "proc")
+    t.devices()
+    return t.finish()
+
+
+def debian(root: Path) -> Path:
+    """Debian 12's nvidia-driver packages: libcuda in the multiarch dir, NVML and others in
+    nvidia/current behind absolute /etc/alternatives links (what ldconfig lists)."""
+    t = Tree(root)
+    multi = "/usr/lib/x86_64-linux-gnu"
+    current = f"{multi}/nvidia/current"
+    t.system_libraries(multi)
+    t.libraries(multi, {"libcuda.so": "1", "libnvidia-ptxjitcompiler.so": "1"})
+    for base, soname in {"libnvidia-ml.so": "1", "libGLX_nvidia.so": "0"}.items():
+        t.libraries(current, {base: soname}, cache=False)
+        alternative = f"/etc/alternatives/nvidia--{base}.{soname}-x86_64-linux-gnu"
+        t.link(alternative, f"{current}/{base}.{soname}")
+        t.link(f"{multi}/{base}.{soname}", alternative)
+        t.cache.append((f"{base}.{soname}", f"{multi}/{base}.{soname}", X86_64))
+    t.binaries("/usr/lib/nvidia/current", ("nvidia-smi",))
+    t.link("/usr/bin/nvidia-smi", "/etc/alternatives/nvidia--nvidia-smi")
+    t.link("/etc/alternatives/nvidia--nvidia-smi", "/usr/lib/nvidia/current/nvidia-smi")
+    t.firmware("/lib/firmware")
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish()
+
+
+def nvidia_nnn(root: Path) -> Path:
+    """Old Ubuntu driver packages: /usr/lib/nvidia-550 (in ld.so.conf.d), with the PTX JIT
+    compiler in the multiarch dir: fixed dirs missed one or the other."""
+    t = Tree(root)
+    t.system_libraries("/usr/lib/x86_64-linux-gnu")
+    t.libraries("/usr/lib/nvidia-550", {**UTILITY, "libcuda.so": "1", "libnvidia-opencl.so": "1"})
+    t.libraries("/usr/lib/x86_64-linux-gnu", {"libnvidia-ptxjitcompiler.so": "1"})
+    t.binaries("/usr/lib/nvidia-550/bin", ("nvidia-smi", "nvidia-persistenced"))
+    t.link("/usr/bin/nvidia-smi", "../lib/nvidia-550/bin/nvidia-smi")
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish()
+
+
+def gcp(root: Path) -> Path:
+    """GCP Container-Optimized OS: the driver installer's /var/lib/nvidia/{lib64,bin}, not
+    in the host's ld cache (the profile's library_dirs find it)."""
+    t = Tree(root)
+    t.system_libraries("/lib64")
+    t.libraries("/var/lib/nvidia/lib64", {**UTILITY, **COMPUTE}, cache=False)
+    t.binaries("/var/lib/nvidia/bin", ("nvidia-smi", "nvidia-cuda-mps-control"))
+    t.firmware("/var/lib/nvidia/firmware")
+    t.kernel(VERSION)
+    t.devices({k: v for k, v in NODES.items() if k != "nvidia-modeset"})
+    return t.finish()
+
+
+def stale(root: Path, kernel: str | None = VERSION) -> Path:
+    """An upgrade that left the old driver's libraries (and firmware) beside the new ones;
+    the ld cache lists the old driver's dir first."""
+    t = Tree(root)
+    multi = "/usr/lib/x86_64-linux-gnu"
+    t.system_libraries(multi)
+    t.libraries("/opt/nvidia-old/lib", {"libcuda.so": "1", "libnvidia-ml.so": "1"}, version=OLD)
+    t.libraries(multi, {"libcuda.so": "1", "libnvidia-ml.so": "1", "libnvidia-cfg.so": "1"})
+    t.file(f"{multi}/libcuda.so.{OLD}", b"\x7fELF\x02\x01\x01 old copy")
+    t.file(f"{multi}/libcuda.so.{VERSION}.away", b"\x7fELF\x02\x01\x01 backup")
+    t.binaries("/usr/bin", ("nvidia-smi",))
+    t.firmware("/lib/firmware")
+    t.firmware("/lib/firmware", OLD)
+    if kernel:
+        t.kernel(kernel)
+    t.devices()
+    return t.finish()
+
+
+LAYOUTS = {
+    "ubuntu": ubuntu,
+    "rhel": rhel,
+    "debian": debian,
+    "nvidia-nnn": nvidia_nnn,
+    "gcp": gcp,
+    "stale": stale,
+}

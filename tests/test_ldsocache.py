@@ -1,0 +1,131 @@
+"""The ld.so.cache parser against glibc's own ldconfig output (all three formats), the
+host's cache, the test writer, and malformed files; plus the version-suffix glob rule and
+the kernel module version files."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ocihook import ldsocache
+from ocihook.discover import Roots, read_kernel_version, version_suffix_ok
+from ocihook.errors import OcihookError
+from tests.support import hosts, synthetic
+
+
+def _ldconfig_p(cache: str | None = None) -> list[tuple[str, str]]:
+    """(soname, path) pairs as glibc's `ldconfig -p` prints them (reference only)."""
+    args = ["ldconfig", "-p"] + (["-C", cache] if cache else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return re.findall(r"^\t(\S+) \(.*\) => (\S+)$", out, re.M)
+
+
+def test_host_cache_matches_ldconfig_p():
+    entries = ldsocache.parse(Path("/etc/ld.so.cache").read_bytes())
+    assert len(entries) > 10
+    assert [(k, v) for k, v, _ in entries] == _ldconfig_p()
+
+
+@pytest.mark.parametrize("fmt", ["new", "old", "compat"])
+def test_ldconfig_of_a_driver_tree(fmt, tmp_path):
+    """Real ELF libraries with sonames, cached by the host's ldconfig -r in each format."""
+    root = synthetic.build_driver(tmp_path / "root", layout="rhel")
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
+    subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
+    data = (root / "etc/ld.so.cache").read_bytes()
+    assert (ldsocache.NEW_MAGIC in data) == (fmt != "old")
+    assert data.startswith(ldsocache.OLD_MAGIC) == (fmt != "new")
+    entries = ldsocache.parse(data)
+    assert ("libsynth.so.1", "/usr/lib64/libsynth.so.1", hosts.X86_64) in entries
+    assert ("libsynth-ml.so.1", "/usr/lib64/libsynth-ml.so.1", hosts.X86_64) in entries
+    assert [(k, v) for k, v, _ in entries] == _ldconfig_p(str(root / "etc/ld.so.cache"))
+
+
+def test_writer_round_trip(tmp_path):
+    entries = [("libcuda.so.1", "/usr/lib64/libcuda.so.1", hosts.X86_64), ("a", "/b", 3)]
+    hosts.write_ld_cache(tmp_path / "c", entries)
+    assert ldsocache.parse((tmp_path / "c").read_bytes()) == entries
+    assert _ldconfig_p(str(tmp_path / "c")) == [(k, v) for k, v, _ in entries]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"not a cache at all",
+        ldsocache.NEW_MAGIC + b"\xff\xff\xff\x7f" + bytes(24),  # nlibs far beyond the file
+        ldsocache.OLD_MAGIC + b"\0" + b"\x05\0\0\0",  # old table truncated
+    ],
+)
+def test_malformed_cache_is_one_error(data):
+    with pytest.raises(OcihookError):
+        ldsocache.parse(data, "ld.so.cache")
+
+
+def test_string_offset_outside_the_file(tmp_path):
+    hosts.write_ld_cache(tmp_path / "c", [("libx.so.1", "/x/libx.so.1", hosts.X86_64)])
+    data = bytearray((tmp_path / "c").read_bytes())
+    data[48 + 4 : 48 + 8] = (1 << 30).to_bytes(4, "little")  # the first entry's key offset
+    with pytest.raises(OcihookError, match="outside the file"):
+        ldsocache.parse(bytes(data))
+
+
+def test_arch_filter(tmp_path):
+    entries = [("libcuda.so.1", "/lib64/a", hosts.X86_64), ("libcuda.so.1", "/lib32/a", 3)]
+    x64, x32 = ldsocache.arch_flags("x86_64")
+    assert ldsocache.Index(entries, x64).candidates("libcuda.so.*") == [
+        ("libcuda.so.1", "/lib64/a")
+    ]
+    assert ldsocache.Index(entries, x32).candidates("libcuda.so.*") == [
+        ("libcuda.so.1", "/lib32/a")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("libfoo.so.1", True),
+        ("libfoo.so.550.54.14", True),
+        ("libfoo.so.1.2.3.away", False),
+        ("libfoo.so.1~", False),
+        ("libfoo.so.1.bak", False),
+        ("libfoo.so.", False),
+    ],
+)
+def test_library_globs_match_only_version_suffixes(name, ok):
+    assert version_suffix_ok(name, "libfoo.so.*") is ok
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "version"),
+    [
+        ("/sys/module/nvidia/version", "550.54.14\n", "550.54.14"),
+        (
+            "/proc/driver/nvidia/version",
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 22:50:36 UTC 2025\nGCC version: 12\n",
+            "570.86.15",
+        ),
+        ("/sys/module/nvidia/version", "garbage\n", None),
+    ],
+)
+def test_kernel_version_files(path, text, version, tmp_path):
+    (tmp_path / path.lstrip("/")).parent.mkdir(parents=True)
+    (tmp_path / path.lstrip("/")).write_text(text)
+    with Roots(str(tmp_path), str(tmp_path)) as roots:
+        found = read_kernel_version(roots, [path])
+    assert (found[0] if found else None) == version
+
+
+def test_kernel_version_link_stays_in_the_device_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (tmp_path / "host-version").write_text("999.1.1\n")
+    os.symlink(str(tmp_path / "host-version"), root / "sys/module/nvidia/version")
+    with Roots(str(root), str(root)) as roots:
+        assert read_kernel_version(roots, ["/sys/module/nvidia/version"]) is None
