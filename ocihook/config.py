@@ -29,6 +29,7 @@ DEFAULTS: dict = {
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
     "mount_api": "auto",
     "state_dir": "/run/ocihook",
+    "records": {"max_age": 7 * 24 * 3600, "max_count": 1000},
     "log": {"target": "syslog", "debug": False},
 }
 
