@@ -182,7 +182,12 @@ def _libraries(roots: Roots, profile: dict, lib_dir: str) -> tuple[list[Mount], 
             if not stat.S_ISLNK(directory.entries[name].st_mode):
                 continue
             final = _final(roots.source_fd, f"{directory.path}/{name}")
-            if final is None or not stat.S_ISREG(final[1].st_mode):
+            if final is None:  # a broken driver: the container would fail to load it
+                raise OcihookError(
+                    f"source {host_path(roots.source_root, directory.path + '/' + name)}: "
+                    "soname link to a library that does not exist; the driver is incomplete"
+                )
+            if not stat.S_ISREG(final[1].st_mode):
                 continue
             inner = _in_root(roots.source_real, final[0])
             target_name = os.path.basename(inner)

@@ -9,7 +9,7 @@ import time
 
 from ocihook import apply, cgroups, ldcache, linux, privileges, record
 from ocihook.discover import Roots, build_plan, device_indices
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, describe
 from ocihook.plan import Plan
 from ocihook.request import DeviceRequest, select_indices
 from ocihook.selinux import label as selinux_label
@@ -132,7 +132,7 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
                     roots if classic else None,
                 )
             except BaseException:
-                cgroups.revert_device_edits(target, edits)
+                _undo_cgroup(target, edits, log, container.id)
                 raise
         finally:
             apply.close_trees(trees)
@@ -151,6 +151,16 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     finally:
         os.close(state_fd)
     return body
+
+
+def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
+    """Revert the device cgroup edits; a failure is logged, never raised: the error that
+    made the hook roll back is the one the runtime shows."""
+    try:
+        cgroups.revert_device_edits(target, edits)
+    except Exception as error:
+        cause = describe(error) if isinstance(error, OSError) else str(error)
+        log.error(f"{container_id}: rollback: cgroup {target.version} {target.path}: {cause}")
 
 
 def _apply_in_container(
@@ -206,11 +216,13 @@ def _apply_in_container(
                     plan.ld_dirs,
                     container.host_uid(0),
                     container.host_gid(0),
+                    config["ldconfig"]["path"],
                 )
                 ldconfig_ran = True
             log.debug(f"{container.id}: applied in {container.rootfs} (lib dir {lib_dir})")
         except BaseException:
-            writer.rollback()
+            for failure in writer.rollback():
+                log.error(f"{container.id}: rollback: {failure}")
             raise
         finally:
             writer.close()

@@ -45,8 +45,18 @@ WHAT = "state dir"
 
 def open_state_dir(path: str) -> int:
     """The state dir's fd (created 0700; root-owned and 0700 or refused), opened on the host
-    before setns."""
-    return store.open_dir(path, WHAT)
+    before setns and before anything is changed: a state dir that cannot be written (a
+    read-only file system) fails the start while there is nothing to undo."""
+    fd = store.open_dir(path, WHAT)
+    problem = None
+    if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+        problem = "read-only file system"
+    elif not os.fstat(fd).st_mode & 0o200:  # the record is written without capabilities
+        problem = f"not writable by its owner (mode {os.fstat(fd).st_mode & 0o7777:04o})"
+    if problem:
+        os.close(fd)
+        raise OcihookError(f"{WHAT} {path}: cannot write records: {problem}")
+    return fd
 
 
 def process_start(pid: int) -> int | None:
