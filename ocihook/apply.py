@@ -405,7 +405,8 @@ class ContainerWriter:
                 set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
             except OSError as error:
                 raise OcihookError(
-                    f"container {path}: cannot set SELinux label {self.label:.80}: {describe(error)}"
+                    f"container {path}: cannot set SELinux label {self.label:.80}: "
+                    f"{describe(error)}"
                 ) from None
             finally:
                 if own_fd is not None:

@@ -17,7 +17,6 @@ import pytest
 
 from ocihook import cgroups, record
 from tests.conftest import base_config
-from tests.support import podman
 
 NOBODY = 65534
 
@@ -200,7 +199,8 @@ def test_missing_version_library_fails_check(hook_setup, synth_root, tmp_path):
     assert check.returncode == 1
     assert (
         "FAILED  profile synthetic: driver_version library libsynth.so.* not found in "
-        "/usr/lib/x86_64-linux-gnu, /usr/lib64: /lib/firmware/synth/{version}/*.bin would be skipped"
+        "/usr/lib/x86_64-linux-gnu, /usr/lib64: /lib/firmware/synth/{version}/*.bin "
+        "would be skipped"
     ) in check.stdout
 
 
@@ -210,8 +210,8 @@ def test_check_warns_on_an_empty_config(hook_setup):
         "check", "--config", str(hook_setup.config), "--hooks-dir", str(hook_setup.hooks_dir)
     )
     assert (
-        f"WARNING config {hook_setup.config} is empty: every key takes its default (profile nvidia, source root /)"
-        in check.stdout
+        f"WARNING config {hook_setup.config} is empty: every key takes its default "
+        "(profile nvidia, source root /)" in check.stdout
     )
 
 
