@@ -10,8 +10,9 @@ not writable by group or others (checked from that stat); the cache dir is root'
 (a root-owned dir with a wider mode is tightened and emptied; any other is not used), the
 cache file is root's and 0600, carries a format, the ocihook and Python versions and a
 CRC-32 of its body, and its config has the compiled shape; anything else is ignored and
-rebuilt. A file changed less than RACY_SECONDS before it was read is not cached (file times
-have the kernel's clock tick: a same-size edit within a tick would keep the key).
+rebuilt. A file whose ctime is not safely before the kernel's coarse clock when it was read
+(within RACY_SECONDS) is not cached: file times move by the clock tick, so a same-size edit
+in the same tick as the read would keep the key.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ CACHE_FORMAT = 2
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
-RACY_SECONDS = 2.0
+RACY_SECONDS = 0.1  # margin below the coarse clock at the read (file times are tick-coarse)
+CLOCK_REALTIME_COARSE = 5  # Linux; the clock file times are taken from
 
 DEFAULTS: dict = {
     "profile": "nvidia",
@@ -244,7 +246,10 @@ def _read_yaml(path: str, what: str, missing_ok: bool = False):
             after = os.fstat(file.fileno())
             if _key(after) == _key(before):
                 break
-        racy = _key(after) != _key(before) or time.time() - after.st_ctime < RACY_SECONDS
+        # Any write after this read gets a ctime >= the coarse clock now: a ctime safely below
+        # it can never be taken again by another content.
+        now = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+        racy = _key(after) != _key(before) or after.st_ctime_ns > now - RACY_SECONDS * 1e9
     if len(data) > MAX_YAML_BYTES:
         raise OcihookError(f"{what} {path}: larger than 1 MiB")
     try:
