@@ -19,7 +19,8 @@ Lifetime: records stay after the container exits, so that a denial of a containe
 failed can still be tied to it. Each prestart that injects sweeps the state dir cheaply:
 running records whose process is gone become "orphaned" (at most once a minute), and
 exited/orphaned records older than `records.max_age` seconds, or beyond the newest
-`records.max_count`, are removed. The state dir is on tmpfs (/run): a reboot empties it.
+`records.max_count`, are removed, and so are temporary files of killed writers. The
+state dir is on tmpfs (/run): a reboot empties it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ STATUSES = (RUNNING, EXITED, ORPHANED)
 MAX_RECORD_BYTES = 16 << 20
 SWEEP_INTERVAL = 60.0  # seconds between orphan sweeps
 SWEEP_STAMP = ".swept"
+STALE_TMP_SECONDS = 600.0  # a temporary file this old belongs to a killed writer
 WHAT = "state dir"
 
 
@@ -152,6 +154,9 @@ def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> 
     now = time.time()
     entries = []
     for name in os.listdir(state_dir_fd):
+        if name.startswith(".") and name.endswith(".tmp"):
+            _remove_stale_tmp(state_dir_fd, name, now)
+            continue
         if name.startswith(".") or not name.endswith(".json"):
             continue
         try:
@@ -188,6 +193,15 @@ def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> 
                 pass
             continue
         kept += 1
+
+
+def _remove_stale_tmp(state_dir_fd: int, name: str, now: float) -> None:
+    """A temporary file of a writer that was killed before it could remove it."""
+    try:
+        if now - os.lstat(name, dir_fd=state_dir_fd).st_mtime > STALE_TMP_SECONDS:
+            os.unlink(name, dir_fd=state_dir_fd)
+    except OSError:
+        pass
 
 
 def _unchanged(state_dir_fd: int, name: str, mtime: float) -> bool:

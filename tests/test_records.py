@@ -131,6 +131,19 @@ def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, ima
         podman.remove(name)
 
 
+def test_sweep_removes_temporary_files_of_killed_writers(hook_setup, image_busybox):
+    hook_setup.state_dir.mkdir(mode=0o700)
+    stale = hook_setup.state_dir / ".dead.json.4242.tmp"
+    fresh = hook_setup.state_dir / ".busy.json.4243.tmp"
+    for path in (stale, fresh):
+        path.write_text("{")
+        path.chmod(0o600)
+    old = time.time() - 601
+    os.utime(stale, (old, old))
+    assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
+    assert not stale.exists() and fresh.exists()
+
+
 def _avc(when: float, pid: int, path: str) -> str:
     return (
         f"type=AVC msg=audit({when:.3f}:4242): avc:  denied  {{ read }} for  pid={pid} "
