@@ -45,7 +45,9 @@ def prestart(config_path: str, cache_dir: str) -> None:
 @config_option
 @click.option("--cache-dir", default=DEFAULT_CACHE_DIR, show_default=True)
 def poststop(config_path: str, cache_dir: str) -> None:
-    """Remove the container's record (state JSON on stdin, status "stopped")."""
+    """Mark the container's record exited (state JSON on stdin, status "stopped").
+
+    The record stays for `ocihook audit`; old records are pruned at prestart."""
     from ocihook.hook import main
 
     sys.exit(main(["--config", config_path, "--cache-dir", cache_dir]))
