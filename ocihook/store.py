@@ -60,15 +60,23 @@ def make_dirs(path: str, what: str) -> None:
 
 
 def open_dir(path: str, what: str, create: bool = True) -> int:
-    """A trusted state directory's fd (created 0700 if missing); OcihookError when it is not
-    trusted or cannot be made."""
+    """A trusted state directory's fd (created 0700 if missing; set to 0700 when it is ours
+    and writable by nobody else); OcihookError when it is not trusted or cannot be made."""
     if create:
         make_dirs(path, what)
     try:
         fd = os.open(path, DIR_FLAGS)
     except OSError as error:
         raise OcihookError(f"{what} {path}: {describe(error)}") from None
-    problem = dir_problem(os.fstat(fd))
+    st = os.fstat(fd)
+    problem = dir_problem(st)
+    if problem and problem.startswith("mode") and not st.st_mode & 0o022:
+        # Ours and nobody else could write in it (0755 from an older version): tighten it.
+        try:
+            os.fchmod(fd, 0o700)
+            problem = None
+        except OSError as error:
+            problem = f"{problem}, and chmod 0700 failed: {describe(error)}"
     if problem:
         os.close(fd)
         raise OcihookError(

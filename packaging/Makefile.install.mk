@@ -32,7 +32,8 @@ PYTHON_SITEDIR ?= $(shell $(HOOK_PYTHON) -c "import sysconfig as s; n = s.get_sc
 	base = '/usr' if scheme == 'posix_local' else p; \
 	print(s.get_path('purelib', scheme, vars={'base': base, 'platbase': base}))")
 INSTALL_DEPS := click yaml jsonschema prctl
-SELINUX_PP := selinux/ocihook.pp
+# The module is built in a copy (build/selinux): the checkout stays clean.
+SELINUX_PP := build/selinux/ocihook.pp
 
 .PHONY: install uninstall install-check
 
@@ -71,7 +72,8 @@ install:
 	install -D -m 0644 packaging/ocihook.1 "$(DESTDIR)$(MANDIR)/man1/ocihook.1"
 	install -D -m 0644 packaging/ocihook.tmpfiles "$(DESTDIR)$(TMPFILESDIR)/ocihook.conf"
 	install -d -m 0700 "$(DESTDIR)$(RUNDIR)/ocihook"
-	@if [ -f "$(SELINUX_PP)" ] || $(MAKE) -s -C selinux >/dev/null 2>&1; then \
+	@rm -rf build/selinux && mkdir -p build && cp -r selinux build/selinux && \
+	if $(MAKE) -s -C build/selinux >/dev/null 2>&1; then \
 		install -D -m 0644 "$(SELINUX_PP)" "$(DESTDIR)$(DATADIR)/selinux/packages/ocihook.pp"; \
 	else \
 		echo "install: SELinux module not built (needs selinux-policy-dev or selinux-policy-devel): make -C selinux"; \

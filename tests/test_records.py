@@ -44,6 +44,14 @@ def test_record_running_then_exited(hook_setup, image_busybox):
     assert [p.name for p in hook_setup.state_dir.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_a_0755_state_dir_of_an_older_version_is_tightened(hook_setup, image_busybox):
+    hook_setup.state_dir.mkdir()
+    hook_setup.state_dir.chmod(0o755)
+    assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
+    assert stat.S_IMODE(hook_setup.state_dir.stat().st_mode) == 0o700
+    assert len(hook_setup.records()) == 1
+
+
 def _prestart_only(hook_setup) -> None:
     """The hooks.d file without the poststop stage: as if poststop never ran."""
     path = hook_setup.hooks_dir / "ocihook.json"
