@@ -280,3 +280,27 @@ def test_original_error_wins_and_failed_undo_steps_are_logged(tmp_path):
     _undo_cgroup(target, edits, log, "cid")  # logs, never raises
     line = log_path.read_text()
     assert f"error: cid: rollback: cgroup v1 {target.path}:" in line and "does not exist" in line
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (lambda p: os.chown(p, NOBODY, -1), "owned by uid 65534, not 0: the hook does not use it"),
+        (lambda p: p.chmod(0o770), "mode 0770, not 0700: the hook tightens and empties it"),
+    ],
+)
+def test_check_warns_about_the_cache_dir(hook_setup, tmp_path, tamper, expected):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    tamper(cache)
+    check = run_cli(
+        "check",
+        "--config",
+        str(hook_setup.config),
+        "--hooks-dir",
+        str(hook_setup.hooks_dir),
+        "--cache-dir",
+        str(cache),
+    )
+    assert check.returncode == 0, check.stdout
+    assert f"WARNING config cache dir {cache}: {expected}" in check.stdout
