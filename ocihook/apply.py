@@ -15,7 +15,7 @@ import os
 import stat
 
 from ocihook import linux, securepath
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, describe
 from ocihook.plan import DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import set_label_at
 from ocihook.struct import Struct
@@ -340,7 +340,7 @@ class ContainerWriter:
         self.label = label
         self.uid = uid
         self.gid = gid
-        self._undo: list[Callable[[], None]] = []
+        self._undo: list[tuple[str, Callable[[], None]]] = []
         # Directory fds resolved once inside the root, by in-root path: an fd keeps naming the
         # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
         self._dirs: dict[str, int] = {}
@@ -401,13 +401,6 @@ class ContainerWriter:
         """Label something we created at `path` (inside the rootfs), whose directory is
         `parent_fd` when the caller has it, and remember how to remove it."""
         parent, name = securepath.split(path)
-        if self.label:
-            own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
-            try:
-                set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
-            finally:
-                if own_fd is not None:
-                    os.close(own_fd)
 
         def remove() -> None:
             fd = securepath.resolve(self.root_fd, parent)
@@ -420,16 +413,32 @@ class ContainerWriter:
             finally:
                 os.close(fd)
 
-        self._undo.append(remove)
+        self._undo.append((f"remove {path}", remove))  # before labelling: a failure undoes it
+        if self.label:
+            own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
+            try:
+                set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
+            except OSError as error:
+                raise OcihookError(
+                    f"container {path}: cannot set SELinux label {self.label:.80}: "
+                    f"{describe(error)}"
+                ) from None
+            finally:
+                if own_fd is not None:
+                    os.close(own_fd)
 
-    def rollback(self) -> None:
-        """Undo every change in reverse order; keep going past errors."""
+    def rollback(self) -> list[str]:
+        """Undo every change in reverse order; keep going past errors, which are returned
+        (one line each) for the caller to log: the error that caused the rollback wins."""
+        failures = []
         while self._undo:
-            undo = self._undo.pop()
+            what, undo = self._undo.pop()
             try:
                 undo()
-            except OSError:
-                pass
+            except Exception as error:
+                cause = describe(error) if isinstance(error, OSError) else str(error)
+                failures.append(f"{what}: {cause}")
+        return failures
 
     # -- mounts ----------------------------------------------------------
     def _mountpoint(self, path: str, kinds: tuple[Callable[[int], bool], ...]) -> int:
@@ -504,7 +513,9 @@ class ContainerWriter:
         # Undo through the mount itself (an fd of the attached mount's root), not through
         # `path`: a parent swapped in the meantime must not keep our mount alive.
         handle = tree if classic_flags is None else check
-        self._undo.append(lambda: linux.umount2(securepath.fd_path(handle), linux.MNT_DETACH))
+        self._undo.append(
+            (f"unmount {path}", lambda: linux.umount2(securepath.fd_path(handle), linux.MNT_DETACH))
+        )
         try:
             st = os.fstat(check)
             if classic_flags is not None:
@@ -544,7 +555,9 @@ class ContainerWriter:
                 return
             os.unlink(name, dir_fd=parent_fd)
             os.symlink(link.points_to, name, dir_fd=parent_fd)
-            self._undo.append(lambda: self._restore_link(link.target, old))
+            self._undo.append(
+                (f"restore link {link.target}", lambda: self._restore_link(link.target, old))
+            )
             return
         self._created(link.target, parent_fd)
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ocihook import __version__
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, from_os_error
 
 # name -> "module:attribute" of a click command; imported only when that command runs.
 SUBCOMMANDS = {
@@ -51,11 +51,19 @@ def cli() -> None:
 
 
 def main() -> None:
+    """Every command: exit 1 and one line for an expected or environmental failure, exit 2
+    and one line ("internal error") for a bug; never a traceback."""
     try:
         cli.main(prog_name="ocihook", standalone_mode=True)
     except OcihookError as error:
         print(f"ocihook: {error}", file=sys.stderr)
         sys.exit(1)
+    except OSError as error:
+        print(f"ocihook: {from_os_error(error)}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as error:
+        print(f"ocihook: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

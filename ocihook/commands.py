@@ -9,7 +9,7 @@ import sys
 import click
 
 from ocihook import hooksd
-from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, compile_config
+from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, DEFAULTS, compile_config
 from ocihook.errors import OcihookError
 
 config_option = click.option(
@@ -45,7 +45,9 @@ def prestart(config_path: str, cache_dir: str) -> None:
 @config_option
 @click.option("--cache-dir", default=DEFAULT_CACHE_DIR, show_default=True)
 def poststop(config_path: str, cache_dir: str) -> None:
-    """Remove the container's record (state JSON on stdin, status "stopped")."""
+    """Mark the container's record exited (state JSON on stdin, status "stopped").
+
+    The record stays for `ocihook audit`; old records are pruned at prestart."""
     from ocihook.hook import main
 
     sys.exit(main(["--config", config_path, "--cache-dir", cache_dir]))
@@ -135,10 +137,19 @@ def plan(
     multiple=True,
     help="hooks.d directory to check (repeatable; default: podman's and CRI-O's).",
 )
-def check(config_path: str, hooks_dirs: tuple[str, ...]) -> None:
-    """Check the installation: config, profile, source root, ldconfig, hooks.d files.
+@click.option(
+    "--cache-dir",
+    default=DEFAULT_CACHE_DIR,
+    show_default=True,
+    help="The hook's config cache dir (its trust is checked).",
+)
+def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None:
+    """Check the installation as the hook will see it: the config (schema, request.allow
+    regexes, trust of every file it reads), the profile against the source root (a partial
+    driver fails: dangling soname links, a missing driver_version library that would drop
+    the firmware), ldconfig, the config cache dir and every hooks.d file.
 
-    Prints one line per check and exits 1 when anything is wrong.
+    Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
     problems: list[str] = []
 
@@ -149,7 +160,15 @@ def check(config_path: str, hooks_dirs: tuple[str, ...]) -> None:
         problems.append(message)
         click.echo(f"FAILED  {message}")
 
+    def warn(message: str) -> None:
+        click.echo(f"WARNING {message}")
+
     config = None
+    if _is_empty(config_path):
+        warn(
+            f"config {config_path} is empty: every key takes its default (profile "
+            f"{DEFAULTS['profile']}, source root {DEFAULTS['source_root']})"
+        )
     try:
         config, files = compile_config(config_path)
         ok(f"config {config_path} is valid (profile {config['profile']['name']})")
@@ -157,6 +176,7 @@ def check(config_path: str, hooks_dirs: tuple[str, ...]) -> None:
         bad(str(error))
     if config is not None:
         _check_driver(config, ok, bad)
+    _check_cache_dir(cache_dir, warn)
     directories = hooks_dirs or hooksd.DEFAULT_DIRS
     found = hooksd.ocihook_files(directories)
     if not found:
@@ -191,6 +211,35 @@ def _check_devices(config: dict, device_list: list, ok, bad) -> None:
         ok(f"device {d.index}: {d.address or '-'} {d.driver or '-'} {' '.join(d.nodes)}")
 
 
+def _is_empty(config_path: str) -> bool:
+    """Whether the config file holds no settings at all (empty, or comments only)."""
+    import yaml
+
+    try:
+        with open(config_path, "rb") as file:
+            return yaml.safe_load(file.read(1 << 20)) is None
+    except (OSError, yaml.YAMLError):
+        return False  # the compile reports it
+
+
+def _check_cache_dir(cache_dir: str, warn) -> None:
+    """The hook ignores a cache dir that is not root's (every start then compiles the YAML)."""
+    from ocihook import store
+
+    try:
+        st = os.lstat(cache_dir)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        warn(f"config cache dir {cache_dir}: {error.strerror}")
+        return
+    problem = store.dir_problem(st)
+    if problem and problem.startswith("mode"):
+        warn(f"config cache dir {cache_dir}: {problem}: the hook tightens and empties it")
+    elif problem:
+        warn(f"config cache dir {cache_dir}: {problem}: the hook does not use it (slower starts)")
+
+
 def _check_driver(config: dict, ok, bad) -> None:
     from ocihook.discover import Roots
     from ocihook.inject import plan_for
@@ -212,10 +261,35 @@ def _check_driver(config: dict, ok, bad) -> None:
         for warning in result.warnings:
             click.echo(f"warning {warning}")
         _check_devices(config, result.device_list, ok, bad)
+        _check_version(config["profile"], result.driver_version, bad)
     except OcihookError as error:
         bad(str(error))
     ldconfig = config["ldconfig"]
-    if ldconfig["enabled"] and not os.access(ldconfig["path"], os.X_OK):
-        bad(f"ldconfig {ldconfig['path']}: not an executable file")
-    elif ldconfig["enabled"]:
-        ok(f"ldconfig {ldconfig['path']}")
+    if ldconfig["enabled"]:
+        from ocihook.ldcache import open_ldconfig
+
+        try:
+            os.close(open_ldconfig(ldconfig["path"]))
+            ok(f"ldconfig {ldconfig['path']}")
+        except OcihookError as error:
+            bad(str(error))
+
+
+def _check_version(profile: dict, version: str | None, bad) -> None:
+    """A profile whose firmware or files need {version} when no version was found (no kernel
+    module version file, no version library): the hook would silently inject the driver
+    without them."""
+    spec = profile.get("driver_version")
+    parts = [profile] + [profile["capabilities"][c] for c in profile["default_capabilities"]]
+    needing = []
+    for part in parts:
+        for entry in [*(part.get("firmware") or ()), *(part.get("files") or ())]:
+            path = entry if isinstance(entry, str) else entry["path"]
+            if "{version}" in path and path not in needing:
+                needing.append(path)
+    if version is None and spec and needing:
+        sources = [*(spec.get("kernel") or ()), *([spec["library"]] if spec.get("library") else [])]
+        bad(
+            f"profile {profile['name']}: driver version unknown ({', '.join(sources)} not "
+            f"found): {', '.join(needing)} would be skipped"
+        )

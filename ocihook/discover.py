@@ -279,7 +279,8 @@ class _LibraryFinder:
 
     def candidates(self, directory: str, pattern: str) -> list[_Candidate]:
         """Regular files matching `pattern` in `directory`, and symlinks there to regular
-        files (resolved inside the source root)."""
+        files (resolved inside the source root). A symlink to nothing is a broken driver (a
+        library removed, a half-finished upgrade): the container would fail to load it."""
         listing = self.roots.listing(self.roots.source_fd, directory)
         found = []
         for name in _match(listing, pattern):
@@ -288,7 +289,13 @@ class _LibraryFinder:
                 found.append(_Candidate(name, f"{directory}/{name}", False))
             elif stat.S_ISLNK(mode):
                 final = _final(self.roots.source_fd, f"{directory}/{name}")
-                if final is not None and stat.S_ISREG(final[1].st_mode):
+                if final is None:
+                    where = host_path(self.roots.source_root, f"{directory}/{name}")
+                    raise OcihookError(
+                        f"source {where}: soname link to a library that does not exist; "
+                        "the driver is incomplete"
+                    )
+                if stat.S_ISREG(final[1].st_mode):
                     found.append(_Candidate(name, _in_root(self.roots.source_real, final[0]), True))
         return found
 

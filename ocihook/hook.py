@@ -3,8 +3,9 @@
     ocihook-hook [--config PATH] [--cache-dir DIR]    OCI state JSON on stdin
 
 Kept lean: stdlib only until a container really asks for devices, no click, and no
-PyYAML or jsonschema while the compiled config is fresh. Every expected failure is
-one line on stderr ("ocihook: ...") and exit status 1.
+PyYAML or jsonschema while the compiled config is fresh. Every expected or
+environmental failure is one line on stderr ("ocihook: ...", naming the path and the
+cause) and exit status 1; exit status 2 ("ocihook: internal error: ...") is a bug.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, from_os_error
 from ocihook.request import DeviceRequest, requested_devices
 from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
 
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     except OcihookError as error:
         sys.stderr.write(f"ocihook: {error}\n")
         return 1
+    except OSError as error:  # the environment (EBADF: our own bug, below)
+        if error.errno == 9:
+            sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
+            return 2
+        sys.stderr.write(f"ocihook: {from_os_error(error)}\n")
+        return 1
     except Exception as error:  # a bug: still one line, and a distinct status
         sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
         return 2
@@ -55,9 +62,9 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
     config = load_config(config_path, cache_dir)
     if state["status"] == "stopped":
-        from ocihook.record import remove_record
+        from ocihook.record import finish_record
 
-        remove_record(config["state_dir"], state["id"])
+        finish_record(config["state_dir"], state["id"])
         return 0
     if state["status"] not in PRESTART_STATUSES:
         raise OcihookError(

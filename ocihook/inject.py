@@ -10,7 +10,7 @@ import time
 from ocihook import apply, cgroups, ldcache, linux, privileges, record
 from ocihook.devices import available_devices
 from ocihook.discover import Roots, build_plan
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, describe
 from ocihook.plan import Plan
 from ocihook.request import DeviceRequest, select_indices
 from ocihook.selinux import label as selinux_label
@@ -158,7 +158,7 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
                     roots if classic else None,
                 )
             except BaseException:
-                cgroups.revert_device_edits(target, edits)
+                _undo_cgroup(target, edits, log, container.id)
                 raise
         finally:
             apply.close_trees(trees)
@@ -170,9 +170,23 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
         f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
     )
     body = _record(container, plan, trees, source_labels, label, edits, ldconfig_ran)
-    record.write_record(state_fd, container.id, body)
-    os.close(state_fd)
+    try:
+        record.write_record(state_fd, config["state_dir"], container.id, body)
+        settings = config["records"]
+        record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
+    finally:
+        os.close(state_fd)
     return body
+
+
+def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
+    """Revert the device cgroup edits; a failure is logged, never raised: the error that
+    made the hook roll back is the one the runtime shows."""
+    try:
+        cgroups.revert_device_edits(target, edits)
+    except Exception as error:
+        cause = describe(error) if isinstance(error, OSError) else str(error)
+        log.error(f"{container_id}: rollback: cgroup {target.version} {target.path}: {cause}")
 
 
 def _apply_in_container(
@@ -228,11 +242,13 @@ def _apply_in_container(
                     plan.ld_dirs,
                     container.host_uid(0),
                     container.host_gid(0),
+                    config["ldconfig"]["path"],
                 )
                 ldconfig_ran = True
             log.debug(f"{container.id}: applied in {container.rootfs} (lib dir {lib_dir})")
         except BaseException:
-            writer.rollback()
+            for failure in writer.rollback():
+                log.error(f"{container.id}: rollback: {failure}")
             raise
         finally:
             writer.close()
@@ -244,44 +260,46 @@ def _apply_in_container(
 
 
 def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -> dict:
-    return {
-        "created": record.utc_now(),
-        "pid": container.pid,
-        "bundle": container.bundle,
-        "rootfs": container.rootfs,
-        "profile": plan.profile,
-        "request": plan.request,
-        "source_root": plan.source_root,
-        "device_root": plan.device_root,
-        "driver_version": plan.driver_version,
-        "capabilities": plan.capabilities,
-        "mount_label": container.mount_label,
-        "process_label": container.process_label,
-        "file_label": label,
-        "mounts": [
-            {
-                "source": m.host_path,
-                "target": m.target,
-                "kind": m.kind,
-                "dev": t.dev,
-                "ino": t.ino,
-                "label": source_labels.get(m.host_path),
-            }
-            for t, m in zip(trees, plan.mounts)
-        ],
-        "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
-        "devices": [
-            {
-                "path": d.path,
-                "host_path": d.host_path,
-                "type": d.type,
-                "major": d.major,
-                "minor": d.minor,
-                "index": d.index,
-                "label": label,
-            }
-            for d in plan.devices
-        ],
-        "cgroup": edits,
-        "ld_dirs": plan.ld_dirs if ldconfig_ran else [],
-    }
+    return record.new_record(
+        container.id,
+        container.pid,
+        {
+            "bundle": container.bundle,
+            "rootfs": container.rootfs,
+            "profile": plan.profile,
+            "request": plan.request,
+            "source_root": plan.source_root,
+            "device_root": plan.device_root,
+            "driver_version": plan.driver_version,
+            "capabilities": plan.capabilities,
+            "mount_label": container.mount_label,
+            "process_label": container.process_label,
+            "file_label": label,
+            "mounts": [
+                {
+                    "source": m.host_path,
+                    "target": m.target,
+                    "kind": m.kind,
+                    "dev": t.dev,
+                    "ino": t.ino,
+                    "label": source_labels.get(m.host_path),
+                }
+                for t, m in zip(trees, plan.mounts)
+            ],
+            "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
+            "devices": [
+                {
+                    "path": d.path,
+                    "host_path": d.host_path,
+                    "type": d.type,
+                    "major": d.major,
+                    "minor": d.minor,
+                    "index": d.index,
+                    "label": label,
+                }
+                for d in plan.devices
+            ],
+            "cgroup": edits,
+            "ld_dirs": plan.ld_dirs if ldconfig_ran else [],
+        },
+    )

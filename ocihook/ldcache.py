@@ -48,6 +48,8 @@ def open_ldconfig(path: str) -> int:
         raise OcihookError(f"ldconfig {path}: {error.strerror}") from None
     try:
         problem = _not_static_elf(fd)
+        if problem is None and not os.access(path, os.X_OK):
+            problem = f"not executable (mode {stat.S_IMODE(os.fstat(fd).st_mode):04o})"
     except OSError as error:
         problem = error.strerror
     if problem:
@@ -114,7 +116,14 @@ def _reopen_root(root_fd: int, rootfs: str) -> int:
 
 
 def _child(
-    ldconfig_fd: int, root_fd: int, rootfs: str, dirs: list[str], uid: int, gid: int, errw: int
+    ldconfig_fd: int,
+    root_fd: int,
+    rootfs: str,
+    dirs: list[str],
+    uid: int,
+    gid: int,
+    errw: int,
+    path: str,
 ):
     """Runs in the forked child; never returns."""
     try:
@@ -133,19 +142,31 @@ def _child(
         os.setgid(gid)
         os.setuid(uid)
         privileges.clear_capabilities()
-        os.execve(ldconfig_fd, ["ldconfig", "-X", *dirs], {})
+        try:
+            os.execve(ldconfig_fd, ["ldconfig", "-X", *dirs], {})
+        except OSError as error:
+            raise OSError(error.errno, f"executing {path}: {error.strerror}") from None
     except BaseException as error:  # report and die: never return into the hook's code
         try:
-            os.write(errw, f"{type(error).__name__}: {error}".encode()[:512])
+            message = error.strerror if isinstance(error, OSError) else None
+            message = message or f"{type(error).__name__}: {error}"
+            os.write(errw, message.encode()[:512])
         finally:
             os._exit(127)
 
 
 def update_cache(
-    ldconfig_fd: int, root_fd: int, rootfs: str, dirs: list[str], uid: int = 0, gid: int = 0
+    ldconfig_fd: int,
+    root_fd: int,
+    rootfs: str,
+    dirs: list[str],
+    uid: int = 0,
+    gid: int = 0,
+    path: str = "ldconfig",
 ) -> None:
-    """Run ldconfig for `dirs` inside the rootfs (`root_fd`, mounted at `rootfs` in the current
-    mount namespace); raise OcihookError on failure."""
+    """Run ldconfig (the host's `path`, open as `ldconfig_fd`) for `dirs` inside the rootfs
+    (`root_fd`, mounted at `rootfs` in the current mount namespace); raise OcihookError on
+    failure."""
     errr, errw = os.pipe2(os.O_CLOEXEC)
     outr, outw = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -154,7 +175,7 @@ def update_cache(
         os.close(outr)
         os.dup2(outw, 1)
         os.dup2(outw, 2)
-        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw)
+        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw, path)
     os.close(errw)
     os.close(outw)
     try:

@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, describe
 from ocihook.selinux.label import (
     DEVICE_TYPE,
     SHARED_FILE_CONTEXT,
@@ -176,7 +176,7 @@ def resolve(paths: Iterable[str]) -> list[str]:
         if problem:
             raise OcihookError(problem)
         if not os.path.lexists(path):
-            raise OcihookError(f"{given}: no such file or directory")
+            raise OcihookError(f"{given}: does not exist")
         resolved.append(path)
     return resolved
 
@@ -189,13 +189,25 @@ def relabel(
     """Label driver trees and device nodes; returns the changes (made, or planned when dry_run)."""
     dev_ctx = device_context(device_type)
     setter = None if dry_run else _setter()
-    changes = []
-    for path in resolve(paths):
+    resolved = resolve(paths)
+    if setter is not None:  # nothing half-done on a read-only file system: check them all first
+        for path in resolved:
+            if os.statvfs(path).f_flag & os.ST_RDONLY:
+                raise OcihookError(f"relabel {path}: read-only file system; nothing was changed")
+    changes: list[Change] = []
+    for path in resolved:
         for entry in walk(path, dev_ctx):
             if entry.expected is None or entry.current == entry.expected:
                 continue
             if setter is not None:
-                setter(entry.dirfd, entry.name, entry.expected)
+                try:
+                    setter(entry.dirfd, entry.name, entry.expected)
+                except OSError as error:
+                    raise OcihookError(
+                        f"relabel {entry.path}: cannot set {entry.expected}: {describe(error)}; "
+                        f"{len(changes)} file(s) were relabelled before it: run it again "
+                        "once that is fixed"
+                    ) from None
             changes.append(Change(entry.path, entry.kind, entry.current, entry.expected))
     return changes
 
