@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.slow]
+
 REPO = Path(__file__).resolve().parent.parent
 
 ROWS = ("floor", "hook_none", "hook_full", "start_plain", "start_flags", "start_hook")
