@@ -209,7 +209,7 @@ def _from_labels(
     if avc.tclass in names.FILE_CLASSES and ttype not in names.CONTAINER_READABLE_TYPES:
         finding.cause = "source-unlabelled"
         finding.explanation = (
-            f"{what} has type {ttype}, which containers may not read: the driver source "
+            f"{what} has type {ttype}, which {_denied_why(ttype)}: the driver source "
             f"{source_root} is not labelled {names.SHARED_FILE_LABEL}."
         )
         finding.fixes = [f"{names.RELABEL_COMMAND} {source_root}"]
@@ -237,3 +237,10 @@ def explain_all(events: list[Event], matcher, policy: Policy | None = None) -> l
                 verdict = policy.analyze(avc.scontext, avc.tcontext, avc.tclass, avc.perms)
             findings.append(explain(event, avc, matcher(event, avc), verdict))
     return findings
+
+
+def _denied_why(ttype: str) -> str:
+    """Why a container was denied a file of type `ttype` that is no container type."""
+    if ttype in names.HOST_LIBRARY_TYPES:
+        return "the base policies let containers read but this host's policy did not"
+    return "containers may not read"
