@@ -1,11 +1,14 @@
-"""Apply a Plan to a container: bind mounts, links, device nodes, labels.
+"""Execute a finalized Plan in a container: bind mounts, links, device nodes, labels.
 
-Two phases, because the kernel lets a detached mount cross mount namespaces but not
-a path: on the host, `clone_sources` resolves every source inside its root and clones
-it into a detached, read-only mount; then `enter_container` joins the container's
-mount namespace and `ContainerWriter` attaches those mounts onto targets resolved
-inside the rootfs by file descriptor. Every change is on an undo stack: a failure
-rolls the container back to how it was.
+The plan decides everything (targets, mount flags, node strategy, label); this module only
+carries it out. Two phases with the new mount API, because the kernel lets a detached mount
+cross mount namespaces but not a path: on the host, `NewMountApi.sources` resolves every
+source inside its root and clones it into a detached mount with the plan's flags; then
+`enter_container` joins the container's mount namespace and `execute` attaches those mounts
+onto targets resolved inside the rootfs by file descriptor. `ClassicMountApi` (kernels
+without open_tree/move_mount) opens the sources in the container's namespace instead and
+bind-mounts then remounts them with the same flags. Every change is on an undo stack: a
+failure rolls the container back to how it was.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import stat
 
 from ocihook import linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
-from ocihook.plan import DeviceNode, Link, Mount, Plan
+from ocihook.plan import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import set_label_at
 from ocihook.slots import Struct
 
@@ -24,7 +27,21 @@ TYPE_CHECKING = False  # typing costs ~10 ms of imports at container start: anno
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-_MOUNT_ATTRS = linux.MOUNT_ATTR_RDONLY | linux.MOUNT_ATTR_NOSUID | linux.MOUNT_ATTR_NODEV
+# A plan's mount flag names in the two mount APIs ("rw": the absence of read-only).
+_NEW_API_ATTRS = {
+    "ro": linux.MOUNT_ATTR_RDONLY,
+    "rw": 0,
+    "nosuid": linux.MOUNT_ATTR_NOSUID,
+    "nodev": linux.MOUNT_ATTR_NODEV,
+    "noexec": linux.MOUNT_ATTR_NOEXEC,
+}
+_CLASSIC_FLAGS = {
+    "ro": linux.MS_RDONLY,
+    "rw": 0,
+    "nosuid": linux.MS_NOSUID,
+    "nodev": linux.MS_NODEV,
+    "noexec": linux.MS_NOEXEC,
+}
 _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _MULTIARCH32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
 
@@ -59,7 +76,7 @@ def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.sta
         linux.mount_setattr(tree, attrs)
     except OSError as error:
         os.close(tree)
-        raise OcihookError(f"{what}: cannot make the mount read-only: {error.strerror}") from None
+        raise OcihookError(f"{what}: cannot set the mount's flags: {error.strerror}") from None
     return tree, st
 
 
@@ -82,9 +99,7 @@ def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
     trees: list[SourceTree] = []
     try:
         for m in plan.mounts:
-            attrs = _MOUNT_ATTRS | (linux.MOUNT_ATTR_NOEXEC if m.noexec else 0)
-            if m.writable:
-                attrs &= ~linux.MOUNT_ATTR_RDONLY
+            attrs = new_api_attrs(m.flags)
             tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
             _add_source(trees, m, tree, st)
     except BaseException:
@@ -99,7 +114,7 @@ def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
     try:
         for node in plan.devices:
             tree, st = _clone(
-                device_fd, node.path, linux.MOUNT_ATTR_NOSUID, f"device {node.host_path}"
+                device_fd, node.path, new_api_attrs(NODE_BIND_FLAGS), f"device {node.host_path}"
             )
             trees[node.path] = tree
             _check_node(node, st)
@@ -176,13 +191,109 @@ def open_device_nodes(plan: Plan, real_path: str, host_fd: int) -> dict[str, int
     return nodes
 
 
-def classic_flags(mount: Mount) -> int:
-    return (
-        (0 if mount.writable else linux.MS_RDONLY)
-        | linux.MS_NOSUID
-        | linux.MS_NODEV
-        | (linux.MS_NOEXEC if mount.noexec else 0)
-    )
+def new_api_attrs(flags: tuple[str, ...]) -> int:
+    """mount_setattr attributes of a plan's flag names."""
+    attrs = 0
+    for flag in flags:
+        attrs |= _NEW_API_ATTRS[flag]
+    return attrs
+
+
+def classic_flags(flags: tuple[str, ...]) -> int:
+    """mount(2) remount flags of a plan's flag names."""
+    value = 0
+    for flag in flags:
+        value |= _CLASSIC_FLAGS[flag]
+    return value
+
+
+class NewMountApi:
+    """open_tree/move_mount/mount_setattr (Linux >= 5.12): sources cloned on the host, before
+    entering the container, into detached mounts that already carry their flags."""
+
+    name = "new"
+    on_host = True
+
+    def sources(self, plan: Plan, roots) -> list[SourceTree]:
+        return clone_sources(plan, roots.source_fd)
+
+    def nodes(self, plan: Plan, roots) -> dict[str, int]:
+        return clone_device_nodes(plan, roots.device_fd)
+
+    def remount_flags(self, flags: tuple[str, ...]) -> int | None:
+        return None  # the detached mount has them already
+
+
+class ClassicMountApi:
+    """mount(2) bind + remount: sources opened in the container's mount namespace (a bind
+    mount cannot cross namespaces), flags set by a remount after the bind."""
+
+    name = "classic"
+    on_host = False
+
+    def sources(self, plan: Plan, roots) -> list[SourceTree]:
+        return open_sources(plan, roots.source_real, roots.source_fd)
+
+    def nodes(self, plan: Plan, roots) -> dict[str, int]:
+        return open_device_nodes(plan, roots.device_real, roots.device_fd)
+
+    def remount_flags(self, flags: tuple[str, ...]) -> int | None:
+        return classic_flags(flags)
+
+
+def mount_api(setting: str) -> NewMountApi | ClassicMountApi:
+    """The mount API for the config's `mount_api` ("auto" or "classic")."""
+    if setting == "classic" or not have_new_mount_api():
+        return ClassicMountApi()
+    return NewMountApi()
+
+
+def bind_sources(trees: list[SourceTree], plan: Plan) -> list[SourceTree]:
+    """The sources opened for `trees`' plan bound to the mounts of the finalized `plan`: the
+    same files in the same order (finalize moves targets only). A mismatch is a bug."""
+    if len(trees) != len(plan.mounts):
+        raise RuntimeError(f"{len(trees)} sources opened for {len(plan.mounts)} planned mounts")
+    bound = []
+    for tree, mount in zip(trees, plan.mounts):
+        if (tree.mount.source, tree.mount.kind) != (mount.source, mount.kind):
+            raise RuntimeError(f"source {tree.mount.source} opened for {mount.source}")
+        bound.append(SourceTree(mount, tree.fd, tree.dev, tree.ino))
+    return bound
+
+
+def execute(
+    writer: ContainerWriter,
+    plan: Plan,
+    trees: list[SourceTree],
+    node_trees: dict[str, int],
+    api: NewMountApi | ClassicMountApi,
+) -> None:
+    """Carry out a finalized plan in the container: every mount (its source in `trees`, bound
+    to the plan's mounts by `bind_sources`), link and device node (by its strategy)."""
+    for tree in trees:
+        m = tree.mount
+        writer.attach(
+            tree.fd,
+            m.target,
+            (tree.dev, tree.ino),
+            m.host_path,
+            mount_kinds(m),
+            api.remount_flags(m.flags),
+        )
+    for link in plan.links:
+        writer.link(link)
+    for node in plan.devices:
+        if node.strategy == "bind":
+            writer.attach(
+                node_trees[node.path],
+                node.path,
+                None,
+                node.host_path,
+                (stat.S_ISREG,),
+                api.remount_flags(NODE_BIND_FLAGS),
+            )
+        else:
+            writer.device_node(node)
 
 
 def mount_kinds(mount: Mount) -> tuple[Callable[[int], bool], ...]:
@@ -228,10 +339,14 @@ def enter_container(pid: int, rootfs: str) -> int:
         linux.setns(ns_fd, linux.CLONE_NEWNS)
     finally:
         os.close(ns_fd)
+    return open_rootfs(rootfs, f"the mount namespace of pid {pid}")
+
+
+def open_rootfs(rootfs: str, where: str) -> int:
+    """O_PATH fd of the container's rootfs in the current mount namespace (`where`, for
+    messages): it must be a mount point there and not the namespace's root."""
     if not mountinfo.is_mount_point(rootfs):
-        raise OcihookError(
-            f"rootfs {rootfs} is not a mount point in the mount namespace of pid {pid}"
-        )
+        raise OcihookError(f"rootfs {rootfs} is not a mount point in {where}")
     try:
         root_fd = securepath.open_dir(rootfs)
     except OSError as error:
@@ -239,7 +354,7 @@ def enter_container(pid: int, rootfs: str) -> int:
     st, top = os.fstat(root_fd), os.stat("/")
     if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino):
         os.close(root_fd)
-        raise OcihookError(f"rootfs {rootfs} is the root of the mount namespace of pid {pid}")
+        raise OcihookError(f"rootfs {rootfs} is the root of {where}")
     return root_fd
 
 

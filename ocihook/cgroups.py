@@ -12,29 +12,11 @@ import os
 
 from ocihook import bpf, mountinfo
 from ocihook.errors import OcihookError
+from ocihook.plan import DeviceRule
 from ocihook.slots import Struct
 
 V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
-
-
-class DeviceRule(Struct):
-    """One device the container may use: type "c"/"b", numbers (-1: any), access in "rwm"."""
-
-    __slots__ = ("type", "major", "minor", "access")
-
-    type: str
-    major: int
-    minor: int
-    access: str
-
-    def as_tuple(self) -> bpf.Rule:
-        """The plain tuple the assembler takes."""
-        return (self.type, self.major, self.minor, self.access)
-
-    def line(self) -> str:
-        """The cgroup v1 syntax, e.g. 'c 10:237 rw'."""
-        return bpf.format_rule(self.as_tuple())
 
 
 class CgroupTarget(Struct):
@@ -453,41 +435,3 @@ def _v2_strip(cg_fd: int, path: str, rules: list[bpf.Rule]) -> None:
         return old[n:] if old[:n] == prefix and len(old) > n else None
 
     _rewrite(cg_fd, path, make, required=False)
-
-
-def describe_device_access(target: CgroupTarget) -> list[dict]:
-    """For `ocihook plan` and debugging: v1 devices.list, or the v2 device programs decoded."""
-    fd = _open_dir(target.path, f"cgroup {target.version}")
-    try:
-        if target.version == "v1":
-            return [{"devices.list": _read_at(fd, target.path, "devices.list").splitlines()}]
-        _flags, progs = _v2_programs(fd, target.path)
-    finally:
-        os.close(fd)
-    try:
-        return [_describe(p) for p in progs]
-    finally:
-        _close(progs)
-
-
-def _read_at(dir_fd: int, path: str, name: str) -> str:
-    """A small file of the cgroup dir, opened relative to it."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as exc:
-        raise OcihookError(f"cannot read {path}/{name}: {exc.strerror}") from None
-    with os.fdopen(fd) as f:
-        return f.read()
-
-
-def _describe(prog: _Prog) -> dict:
-    """One device program as plain data: its allow/deny rules in order and the default."""
-    dec = bpf.decode_device_filter(prog.info.xlated or [])
-    default = None if dec.default_allow is None else ("allow" if dec.default_allow else "deny")
-    return {
-        "id": prog.id,
-        "name": prog.info.name,
-        "rules": [("allow " if a else "deny ") + bpf.format_rule(r) for r, a in dec.rules],
-        "default": default,
-        "undecoded": dec.undecoded,
-    }

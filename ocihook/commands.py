@@ -80,13 +80,27 @@ def poststop(config_path: str, cache_dir: str) -> None:
     default=None,
     help="Detect the library dir from this image root file system.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--userns",
+    is_flag=True,
+    help="Plan for a container with a user namespace: device nodes are bind-mounted from the "
+    "host instead of created with mknod.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print exactly what the hook's executor consumes, as JSON: each mount's source, "
+    "target, kind and flags, each device node's strategy and mode, the typed cgroup rules, "
+    "the library dirs, links and ld cache dirs.",
+)
 def plan(
     config_path: str,
     devices: str,
     capabilities: str | None,
     lib_dir: str | None,
     rootfs: str | None,
+    userns: bool,
     as_json: bool,
 ) -> None:
     """Show what a container asking for DEVICES would get, without touching anything.
@@ -101,6 +115,7 @@ def plan(
     from ocihook import apply, securepath
     from ocihook.discover import Roots
     from ocihook.inject import plan_for
+    from ocihook.plan import executor_view, finalize
     from ocihook.plantext import format_plan
     from ocihook.request import parse_capabilities, parse_request
 
@@ -119,12 +134,17 @@ def plan(
         lib_dir = config["container"]["lib_dir"]
     with Roots(config["source_root"], config["device_root"]) as roots:
         result = plan_for(config, roots, request)
-    if lib_dir is not None:
-        result = result.with_lib_dir(lib_dir, apply.lib_dir32_for(lib_dir))
+    settings = config["selinux"]
+    label = settings["label"] if settings["mode"] != "disabled" else None
+    result = finalize(
+        result,
+        lib_dir,
+        apply.lib_dir32_for(lib_dir) if lib_dir is not None else None,
+        "bind" if userns else "mknod",
+        label or None,
+    )
     if as_json:
-        from ocihook.plan import cgroup_rules
-
-        click.echo(json.dumps({**result.to_dict(), "cgroup_rules": cgroup_rules(result)}, indent=2))
+        click.echo(json.dumps(executor_view(result), indent=2))
     else:
         click.echo(format_plan(result, available))
 

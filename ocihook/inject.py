@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import resource
-import stat
 import time
 
-from ocihook import apply, cgroups, ldcache, linux, privileges, record
+from ocihook import apply, cgroups, ldcache, privileges, record
 from ocihook.devices import available_devices
 from ocihook.discover import Roots, build_plan
 from ocihook.errors import OcihookError, describe
-from ocihook.plan import Plan
+from ocihook.plan import Plan, device_rules, finalize
 from ocihook.request import DeviceRequest, select_indices
 from ocihook.selinux import label as selinux_label
 from ocihook.state import Container
@@ -36,10 +35,6 @@ def plan_for(
     return build_plan(
         config, roots, indices, available, request.describe(), lib_dir, request.capabilities
     )
-
-
-def device_rules(plan: Plan) -> list[cgroups.DeviceRule]:
-    return [cgroups.DeviceRule(d.type, d.major, d.minor, d.access) for d in plan.devices]
 
 
 def check_source_labels(plan: Plan, config: dict, log: record.Log) -> dict[str, str | None]:
@@ -124,20 +119,21 @@ def _raise_fd_limit() -> None:
 def _inject(container: Container, config: dict, request: DeviceRequest, log: record.Log) -> dict:
     _raise_fd_limit()
     label = file_label(config, container)
+    strategy = "bind" if container.userns else "mknod"
+    api = apply.mount_api(config["mount_api"])
     with Roots(config["source_root"], config["device_root"]) as roots:
         plan = plan_for(config, roots, request)
         log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
         for warning in plan.warnings:
             log.info(f"{container.id}: warning: {warning}")
         source_labels = check_source_labels(plan, config, log) if label else {}
-        classic = config["mount_api"] == "classic" or not apply.have_new_mount_api()
         # New mount API: clone the sources on the host now. Classic API: open them in the
         # container's mount namespace later (a bind mount cannot cross namespaces).
-        trees = [] if classic else apply.clone_sources(plan, roots.source_fd)
+        trees = api.sources(plan, roots) if api.on_host else []
         node_trees: dict[str, int] = {}
         try:
-            if container.userns and not classic:
-                node_trees = apply.clone_device_nodes(plan, roots.device_fd)
+            if strategy == "bind" and api.on_host:
+                node_trees = api.nodes(plan, roots)
             ldconfig_fd = (
                 ldcache.open_ldconfig(config["ldconfig"]["path"]) if plan.ldconfig else None
             )
@@ -146,16 +142,8 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
             edits = cgroups.allow_devices(target, device_rules(plan))
             log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
             try:
-                plan, ldconfig_ran = _apply_in_container(
-                    container,
-                    config,
-                    plan,
-                    trees,
-                    node_trees,
-                    label,
-                    ldconfig_fd,
-                    log,
-                    roots if classic else None,
+                plan, trees, ldconfig_ran = _apply_in_container(
+                    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
                 )
             except BaseException:
                 _undo_cgroup(target, edits, log, container.id)
@@ -190,56 +178,37 @@ def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
 
 
 def _apply_in_container(
-    container, config, plan, trees, node_trees, label, ldconfig_fd, log, classic_roots=None
+    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
 ):
-    """Everything done inside the container's mount namespace. With `classic_roots` (the
-    classic mount API) the sources are opened there and added to `trees`/`node_trees`."""
+    """Everything done inside the container's mount namespace: probe the image's library
+    dir, finalize the plan (pure), then execute it. With the classic mount API the sources
+    are opened here and added to `trees`/`node_trees` (the caller closes them).
+    Returns (the finalized plan, its sources, whether ldconfig ran)."""
     shared = apply.host_superblocks()
     root_fd = apply.enter_container(container.pid, container.rootfs)
     try:
-        if classic_roots is not None:
-            roots = classic_roots
-            trees.extend(apply.open_sources(plan, roots.source_real, roots.source_fd))
-            if container.userns:
-                node_trees.update(apply.open_device_nodes(plan, roots.device_real, roots.device_fd))
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
-        plan = plan.with_lib_dir(lib_dir, apply.lib_dir32_for(lib_dir))
+        strategy = "bind" if container.userns else "mknod"
+        final = finalize(plan, lib_dir, apply.lib_dir32_for(lib_dir), strategy, label)
+        if not api.on_host:
+            trees.extend(api.sources(plan, roots))
+            if strategy == "bind":
+                node_trees.update(api.nodes(plan, roots))
+        bound = apply.bind_sources(trees, final)
         writer = apply.ContainerWriter(
-            root_fd, label, container.host_uid(0), container.host_gid(0), shared
+            root_fd, final.file_label, container.host_uid(0), container.host_gid(0), shared
         )
         try:
-            for tree, mount in zip(trees, plan.mounts):
-                writer.attach(
-                    tree.fd,
-                    mount.target,
-                    (tree.dev, tree.ino),
-                    mount.host_path,
-                    apply.mount_kinds(mount),
-                    apply.classic_flags(mount) if classic_roots is not None else None,
-                )
-            for link in plan.links:
-                writer.link(link)
-            for node in plan.devices:
-                if container.userns:
-                    writer.attach(
-                        node_trees[node.path],
-                        node.path,
-                        None,
-                        node.host_path,
-                        (stat.S_ISREG,),
-                        linux.MS_NOSUID if classic_roots is not None else None,
-                    )
-                else:
-                    writer.device_node(node)
+            apply.execute(writer, final, bound, node_trees, api)
             ldconfig_ran = False
             if ldconfig_fd is not None and ldcache.is_glibc_image(root_fd):
                 ldcache.update_cache(
                     ldconfig_fd,
                     root_fd,
                     container.rootfs,
-                    plan.ld_dirs,
+                    final.ld_dirs,
                     container.host_uid(0),
                     container.host_gid(0),
                     config["ldconfig"]["path"],
@@ -256,7 +225,7 @@ def _apply_in_container(
         os.close(root_fd)
         if ldconfig_fd is not None:
             os.close(ldconfig_fd)
-    return plan, ldconfig_ran
+    return final, bound, ldconfig_ran
 
 
 def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -> dict:
@@ -277,14 +246,14 @@ def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -
             "file_label": label,
             "mounts": [
                 {
-                    "source": m.host_path,
-                    "target": m.target,
-                    "kind": m.kind,
+                    "source": t.mount.host_path,
+                    "target": t.mount.target,
+                    "kind": t.mount.kind,
                     "dev": t.dev,
                     "ino": t.ino,
-                    "label": source_labels.get(m.host_path),
+                    "label": source_labels.get(t.mount.host_path),
                 }
-                for t, m in zip(trees, plan.mounts)
+                for t in trees
             ],
             "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
             "devices": [

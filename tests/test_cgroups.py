@@ -24,7 +24,6 @@ from ocihook.cgroups import (
     CgroupTarget,
     DeviceRule,
     allow_devices,
-    describe_device_access,
     expand_slice,
     expected_cgroup_path,
     find_container_cgroup,
@@ -33,6 +32,8 @@ from ocihook.cgroups import (
     revert_device_edits,
 )
 from ocihook.errors import OcihookError
+from tests.support import device_programs
+from tests.support.device_programs import describe_device_access
 
 V1_ROOT = "/sys/fs/cgroup/devices"
 V2_ROOT = "/sys/fs/cgroup/unified"
@@ -205,7 +206,7 @@ def attached(cgroup_dir):
     for prog_id in ids:
         fd = bpf.prog_fd_by_id(prog_id)
         try:
-            out.append((prog_id, bpf.decode_device_filter(bpf.prog_info(fd).xlated)))
+            out.append((prog_id, device_programs.decode_device_filter(bpf.prog_info(fd).xlated)))
         finally:
             os.close(fd)
     return flags, out

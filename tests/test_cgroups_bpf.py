@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ocihook import bpf
+from tests.support.device_programs import Decoded, decode_device_filter
 
 rules_st = st.lists(
     st.tuples(
@@ -26,14 +27,14 @@ rules_st = st.lists(
 def test_decoder_reads_back_what_the_assembler_wrote(rules, default_allow):
     insns = bpf.device_filter(rules, default_allow)
     assert bpf.decode(bpf.encode(insns)) == insns
-    assert bpf.decode_device_filter(insns) == bpf.Decoded(tuple(rules), default_allow, 0)
+    assert decode_device_filter(insns) == Decoded(tuple(rules), default_allow, 0)
 
 
 @given(rules_st, rules_st)
 def test_prefix_then_runtime_program(ours, runtime):
     allow = [(r, True) for r, _ in ours]
     insns = bpf.allow_prefix([r for r, _ in ours]) + bpf.device_filter(runtime)
-    assert bpf.decode_device_filter(insns) == bpf.Decoded(tuple(allow + runtime), False, 0)
+    assert decode_device_filter(insns) == Decoded(tuple(allow + runtime), False, 0)
 
 
 def test_prefix_keeps_the_context_register():
@@ -69,13 +70,13 @@ def test_decoder_understands_runc_blocks():
         (bpf.ALU32_MOV_K, 0, 0, 0, 0),
         (bpf.JMP_EXIT, 0, 0, 0, 0),
     ]
-    assert bpf.decode_device_filter(runc) == bpf.Decoded(((("c", 1, -1, "rw"), True),), False, 0)
+    assert decode_device_filter(runc) == Decoded(((("c", 1, -1, "rw"), True),), False, 0)
 
 
 def test_decoder_stops_at_unknown_code():
     insns = bpf.allow_prefix([("c", 1, 3, "r")]) + [(bpf.JMP_CALL, 0, 0, 0, 15)] * 3
-    assert bpf.decode_device_filter(insns) == bpf.Decoded(((("c", 1, 3, "r"), True),), None, 3)
-    assert bpf.decode_device_filter([(bpf.JMP_EXIT, 0, 0, 0, 0)]).undecoded == 1
+    assert decode_device_filter(insns) == Decoded(((("c", 1, 3, "r"), True),), None, 3)
+    assert decode_device_filter([(bpf.JMP_EXIT, 0, 0, 0, 0)]).undecoded == 1
 
 
 def test_reloadable_problem():

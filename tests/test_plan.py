@@ -188,3 +188,24 @@ def test_glob_match_agrees_with_fnmatch(pattern):
     ]
     for name in names:
         assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern), (name, pattern)
+
+
+def test_synthetic_plan_json_is_what_the_executor_consumes(synth_root, tmp_path):
+    """`plan --json` on the synthetic driver: flags per mount, strategy per node, typed rules;
+    with --userns the nodes are bind-mounted (nosuid) instead of made with mknod."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(synthetic.config(synth_root)))
+    plain = json.loads(run_plan(config, "--json", "--lib-dir", "/usr/lib64").stdout)
+    userns = json.loads(run_plan(config, "--json", "--userns", "--lib-dir", "/usr/lib64").stdout)
+    kinds = {m["kind"]: m["flags"] for m in plain["mounts"]}
+    assert kinds["library"] == ["ro", "nosuid", "nodev"]
+    assert kinds["firmware"] == ["ro", "nosuid", "nodev", "noexec"]
+    assert all(
+        m["target"].startswith("/usr/lib64/") for m in plain["mounts"] if m["kind"] == "library"
+    )
+    assert {d["strategy"] for d in plain["devices"]} == {"mknod"}
+    assert {d["strategy"] for d in userns["devices"]} == {"bind"}
+    assert {tuple(d["bind_flags"]) for d in userns["devices"]} == {("nosuid",)}
+    rules = [(r["type"], r["major"], r["minor"], r["access"]) for r in plain["cgroup_rules"]]
+    nodes = [(d["type"], d["major"], d["minor"], d["access"]) for d in plain["devices"]]
+    assert rules == nodes and rules

@@ -7,32 +7,9 @@ import sys
 
 import pytest
 
-from ocihook.selinux.label import container_file_label, source_label_problem
+from ocihook.selinux.label import source_label_problem
 
 
-def test_container_file_label() -> None:
-    mount = "system_u:object_r:container_file_t:s0:c1,c2"
-    assert container_file_label(mount) == mount
-    process = "system_u:system_r:container_t:s0:c1,c2"
-    assert container_file_label(process) == mount
-    assert container_file_label("system_u:system_r:container_t") == (
-        "system_u:object_r:container_file_t"
-    )
-    with pytest.raises(ValueError):
-        container_file_label("nonsense")
-
-
-@pytest.mark.parametrize(
-    "context",
-    [
-        "system_u:object_r:container_ro_file_t:s0",
-        "unconfined_u:object_r:container_ro_file_t:s0",
-        "system_u:object_r:container_file_t:s0",
-        "system_u:object_r:lib_t:s0",
-        "system_u:object_r:textrel_shlib_t:s0",
-        "system_u:object_r:ld_so_t:s0",
-    ],
-)
 def test_readable_sources(context: str) -> None:
     assert source_label_problem("/run/ocihook/driver/lib/libsynth.so", context) is None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ocihook import apply, ldcache, mountinfo, securepath
+from ocihook import apply, ldcache, mountinfo
 from ocihook.errors import OcihookError
 from ocihook.plan import Link
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
@@ -84,17 +84,7 @@ class _Rootfs:
             host_ns = None
         if host_ns is not None and host_ns == _mnt_ns("self"):
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
-        if not mountinfo.is_mount_point(rootfs):
-            raise OcihookError(f"rootfs {rootfs} is not a mount point in this mount namespace")
-        try:
-            fd = securepath.open_dir(rootfs)
-        except OSError as error:
-            raise OcihookError(f"rootfs {rootfs}: {error.strerror}") from None
-        st, top = os.fstat(fd), os.stat("/")
-        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino):
-            os.close(fd)
-            raise OcihookError(f"rootfs {rootfs} is the root of this mount namespace")
-        return fd
+        return apply.open_rootfs(rootfs, "this mount namespace")
 
     def ids(self) -> tuple[int, int]:
         """uid/gid to create files as: the container's root, mapped when we came from outside

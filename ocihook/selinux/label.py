@@ -58,20 +58,6 @@ def split_context(context: str) -> tuple[str, str, str, str]:
     return parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else ""
 
 
-def container_file_label(mount_label: str) -> str:
-    """The label for files the hook creates inside a container (`linux.mountLabel`).
-
-    An object label (role object_r) is returned unchanged. A process label (e.g. the
-    `process.selinuxLabel` `system_u:system_r:container_t:s0:c1,c2`) becomes the matching
-    file label `system_u:object_r:container_file_t:s0:c1,c2`, as container engines do.
-    """
-    user, role, type_, level = split_context(mount_label)
-    if role == "object_r":
-        return mount_label.strip()
-    label = f"{user}:object_r:container_file_t"
-    return f"{label}:{level}" if level else label
-
-
 def _no_categories(level: str) -> bool:
     return all(":" not in part for part in level.split("-"))
 

@@ -1,0 +1,82 @@
+"""One record schema, unprivileged: what the hook writes (inject's record of a finalized plan)
+is what `ocihook audit` reads back, field for field, through a JSON round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ocihook import inject, record
+from ocihook.apply import SourceTree
+from ocihook.audit.records import Injected, container_from_dict
+from ocihook.plan import DeviceNode, Link, Mount, Plan, finalize
+from ocihook.state import Container
+
+LABEL = "system_u:object_r:container_file_t:s0:c1,c2"
+
+
+def _plan() -> Plan:
+    mounts = [
+        Mount("usr/lib/libx.so.1", "/drv/usr/lib/libx.so.1", "/usr/lib64/libx.so.1", "library"),
+        Mount("usr/bin/x-smi", "/drv/usr/bin/x-smi", "/usr/bin/x-smi", "binary"),
+    ]
+    node = DeviceNode("/dev/x0", "/drv/dev/x0", "c", 10, 237, 0o666, 0, "rw")
+    plan = Plan(
+        profile="synthetic",
+        source_root="/drv",
+        device_root="/drv",
+        request="all",
+        lib_dir="/usr/lib64",
+        mounts=mounts,
+        links=[Link("/usr/lib64/libx.so", "libx.so.1")],
+        devices=[node],
+    )
+    return finalize(plan, None, None, "mknod", LABEL)
+
+
+def test_written_record_reads_back_in_the_audit():
+    plan = _plan()
+    container = Container(
+        id="c1",
+        status="creating",
+        pid=os.getpid(),
+        bundle="/b",
+        rootfs="/b/rootfs",
+        annotations={},
+        mount_label=LABEL,
+        process_label="system_u:system_r:container_t:s0:c1,c2",
+    )
+    trees = [SourceTree(m, -1, 64768, 100 + i) for i, m in enumerate(plan.mounts)]
+    labels = {"/drv/usr/lib/libx.so.1": "system_u:object_r:container_ro_file_t:s0"}
+    body = inject._record(container, plan, trees, labels, LABEL, [], True)
+    assert body["version"] == record.RECORD_VERSION
+    read = container_from_dict(json.loads(json.dumps(body)), "c1.json")
+    assert (read.id, read.pid, read.rootfs, read.profile) == (
+        "c1",
+        os.getpid(),
+        "/b/rootfs",
+        "synthetic",
+    )
+    assert (read.mount_label, read.process_label) == (LABEL, container.process_label)
+    assert read.status == record.RUNNING
+    assert read.injected == [
+        Injected(
+            "library",
+            "/usr/lib64/libx.so.1",
+            "/drv/usr/lib/libx.so.1",
+            64768,
+            100,
+            labels["/drv/usr/lib/libx.so.1"],
+        ),
+        Injected("binary", "/usr/bin/x-smi", "/drv/usr/bin/x-smi", 64768, 101, None),
+        Injected("link", "/usr/lib64/libx.so", "libx.so.1"),
+        Injected("device", "/dev/x0", "/drv/dev/x0", label=LABEL),
+    ]
+
+
+def test_record_versions_and_default_dir_have_one_home():
+    from ocihook.audit import records as audit_records
+
+    assert audit_records.RECORD_VERSION is record.RECORD_VERSION
+    assert audit_records.DEFAULT_STATE_DIR is record.DEFAULT_STATE_DIR
+    assert record.RECORD_VERSION in record.READABLE_VERSIONS
