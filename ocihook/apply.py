@@ -17,7 +17,7 @@ import stat
 from ocihook import linux, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link, Mount, Plan
-from ocihook.selinux.label import set_label_at
+from ocihook.selinux.label import label_at
 from ocihook.struct import Struct
 
 TYPE_CHECKING = False  # typing costs ~10 ms of imports at container start: annotations only
@@ -386,13 +386,6 @@ class ContainerWriter:
         """Label something we created at `path` (inside the rootfs), whose directory is
         `parent_fd` when the caller has it, and remember how to remove it."""
         parent, name = securepath.split(path)
-        if self.label:
-            own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
-            try:
-                set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
-            finally:
-                if own_fd is not None:
-                    os.close(own_fd)
 
         def remove() -> None:
             fd = securepath.resolve(self.root_fd, parent)
@@ -406,6 +399,18 @@ class ContainerWriter:
                 os.close(fd)
 
         self._undo.append(remove)
+        if not self.label:
+            return
+        own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
+        try:
+            problem = label_at(parent_fd if own_fd is None else own_fd, name, self.label)
+        except OSError as error:
+            raise OcihookError(f"container {path}: labelling: {error.strerror}") from None
+        finally:
+            if own_fd is not None:
+                os.close(own_fd)
+        if problem:
+            raise OcihookError(f"container {path}: {problem}")
 
     def rollback(self) -> None:
         """Undo every change in reverse order; keep going past errors."""
