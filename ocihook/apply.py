@@ -557,6 +557,9 @@ class ContainerWriter:
         except OSError as error:
             raise OcihookError(f"container {node.path}: mknod: {error.strerror}") from None
         self._created(node.path, parent_fd)
+        # mknod applies the umask: give the node the host node's mode (a non-root --user
+        # must be able to open a 0666 device).
+        os.chmod(name, node.mode, dir_fd=parent_fd)
 
 
 def _kind(mode: int) -> str:

@@ -123,7 +123,13 @@ def check(name: str, denials_expected: bool = False):
                     "seconds": round(time.monotonic() - began, 1),
                 }
             )
-            print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+            line = f"[{'ok' if ok else 'FAIL'}] {name}: {detail} ({RESULTS[-1]['seconds']}s)"
+            print(line, flush=True)
+            try:
+                with open("/dev/console", "w") as console:  # progress on the serial console
+                    console.write(f"ocihook-guest: {line}\n")
+            except OSError:
+                pass
             return ok
 
         return run
@@ -200,7 +206,10 @@ def guest_enforcing():
 
 @check("install")
 def install():
-    done = sh(["sh", str(SRC / "tests/enforcing/install.sh"), str(SRC)], 900)
+    # In a terminal, as a user runs it: semodule's load_policy may write to a tty, not to
+    # the caller's pipe (script(1) gives it a pty).
+    command = f"sh {SRC / 'tests/enforcing/install.sh'} {SRC}"
+    done = sh(["script", "-qec", command, "/dev/null"], 900)
     save("install.log", done.stdout + done.stderr)
     modules = sh(["semodule", "-l"]).stdout.split()
     hook = Path("/usr/libexec/ocihook/ocihook-hook")

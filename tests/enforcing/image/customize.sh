@@ -29,6 +29,6 @@ systemctl enable ocihook-guest.service
 # Nothing else to start: a faster boot.
 for unit in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
     man-db.timer podman-auto-update.timer podman-restart.service getty@tty1.service \
-    serial-getty@ttyS0.service; do
+    serial-getty@ttyS0.service getty.target; do
     systemctl mask "$unit" >/dev/null 2>&1 || true
 done
