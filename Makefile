@@ -6,6 +6,7 @@ VPY    := $(VENV)/bin/python
 .PHONY: all deps venv test test-enforcing demo lint format bench rpm selinux clean
 
 include packaging/Makefile.rpm.mk
+include packaging/Makefile.install.mk
 
 all: test
 

@@ -1,7 +1,17 @@
 """The hook's configuration: YAML validated by a JSON Schema, compiled once and cached.
 
-The hot path calls `load_config`: while the YAML files are unchanged (same inode, size
-and mtime) it reads one small marshal file and imports neither PyYAML nor jsonschema.
+The hot path calls `load_config`. The compiled config is cached in `<cache_dir>/<hex of the
+config path>.marshal` with the keys of every file the compile read (the config, and each
+profile candidate in `profile_dirs` up to the one used, absent ones as absent), taken by
+`fstat` of the open file that was read (device, inode, size, mtime and ctime in ns). While
+a `stat` of each still gives the same key the cache is used, and neither PyYAML nor
+jsonschema is imported. Trust, on every run: the config and profile are owned by root and
+not writable by group or others (checked from that stat); the cache dir is root's and 0700
+(a root-owned dir with a wider mode is tightened and emptied; any other is not used), the
+cache file is root's and 0600, carries a format, the ocihook and Python versions and a
+CRC-32 of its body, and its config has the compiled shape; anything else is ignored and
+rebuilt. A file changed less than RACY_SECONDS before it was read is not cached (file times
+have the kernel's clock tick: a same-size edit within a tick would keep the key).
 """
 
 from __future__ import annotations
@@ -9,14 +19,18 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+import time
 
-from ocihook import __version__
-from ocihook.errors import OcihookError
+from ocihook import __version__, store
+from ocihook.errors import OcihookError, describe
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
+MAX_CACHE_BYTES = 4 << 20
+RACY_SECONDS = 2.0
 
 DEFAULTS: dict = {
     "profile": "nvidia",
@@ -29,6 +43,7 @@ DEFAULTS: dict = {
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
     "mount_api": "auto",
     "state_dir": "/run/ocihook",
+    "records": {"max_age": 7 * 24 * 3600, "max_count": 1000},
     "log": {"target": "syslog", "debug": False},
 }
 
@@ -46,88 +61,200 @@ PROFILE_DEFAULTS: dict = {
 }
 
 
-def _file_key(path: str) -> list[int]:
-    try:
-        st = os.stat(path)
-    except OSError as error:
-        raise OcihookError(f"config {path}: {error.strerror}") from None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+Key = list  # [st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns]
 
 
-def _cache_path(cache_dir: str, config_path: str) -> str:
-    return os.path.join(cache_dir, os.path.abspath(config_path).encode().hex()[:240] + ".marshal")
+def _key(st: os.stat_result) -> Key:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def trust_problem(st: os.stat_result) -> str | None:
+    """Why a config or profile file with this stat may not be used (root runs only)."""
+    if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
+        return "must be owned by root and not writable by group or others"
+    return None
+
+
+def _cache_name(config_path: str) -> str:
+    return config_path.encode().hex()[:240] + ".marshal"
 
 
 def load_config(path: str = DEFAULT_CONFIG, cache_dir: str | None = DEFAULT_CACHE_DIR) -> dict:
     """The compiled config (defaults filled in, profile resolved and inlined)."""
     # One spelling per file: the cache file is named by the absolute path, so its keys must be too.
     path = os.path.abspath(path)
-    key = _file_key(path)
-    cache_file = _cache_path(cache_dir, path) if cache_dir else None
-    if cache_file:
-        cached = _read_cache(cache_file)
-        if cached is not None and cached["files"].get(path) == key:
-            if all(_file_key(f) == k for f, k in cached["files"].items() if f != path):
-                return cached["config"]
-    config, files = compile_config(path)
-    if cache_file:
-        _write_cache(cache_dir, cache_file, {"files": files, "config": config})
-    return config
-
-
-def _read_cache(cache_file: str) -> dict | None:
+    dir_fd = _cache_dir(cache_dir) if cache_dir else None
     try:
-        with open(cache_file, "rb") as file:
-            cached = marshal.loads(file.read())
-    except (OSError, ValueError, EOFError, TypeError):
+        if dir_fd is not None:
+            cached = _read_cache(dir_fd, _cache_name(path))
+            if cached is not None and _fresh(cached["files"]):
+                return cached["config"]
+        config, files, racy = _compile(path)
+        if dir_fd is not None and not racy:
+            _write_cache(dir_fd, cache_dir, _cache_name(path), files, config)
+        return config
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _fresh(files: list) -> bool:
+    """Every file the cached compile read still has its key (absent ones still absent); the
+    trust rule is applied to each from the same stat."""
+    for name, what, key in files:
+        try:
+            st = os.stat(name)
+        except (FileNotFoundError, NotADirectoryError):
+            if key is None:
+                continue
+            return False
+        except OSError:
+            return False  # the compile names the cause
+        if key is None or _key(st) != key:
+            return False
+        problem = trust_problem(st)
+        if problem:
+            raise OcihookError(f"{what} {name}: {problem}")
+    return True
+
+
+def _cache_dir(cache_dir: str) -> int | None:
+    """The cache dir's fd when it is (or can be made) trusted; None: do without a cache."""
+    try:
+        store.make_dirs(cache_dir, "config cache dir")
+        fd = os.open(cache_dir, store.DIR_FLAGS)
+    except (OSError, OcihookError):
+        return None
+    st = os.fstat(fd)
+    problem = store.dir_problem(st)
+    if problem and not problem.startswith("mode"):
+        os.close(fd)  # not a dir, or not ours: never used
+        return None
+    if problem:  # ours, but others may have written in it: tighten and empty it
+        try:
+            os.fchmod(fd, 0o700)
+            for name in os.listdir(fd):
+                os.unlink(name, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+    return fd
+
+
+def _read_cache(dir_fd: int, name: str) -> dict | None:
+    """The cached content when it is intact and has the right shape, else None."""
+    import zlib
+
+    data = store.read_file(dir_fd, name, MAX_CACHE_BYTES)
+    if not data or not data.startswith(CACHE_MAGIC):
+        return None
+    checksum, body = data[len(CACHE_MAGIC) : len(CACHE_MAGIC) + 8], data[len(CACHE_MAGIC) + 8 :]
+    if checksum != b"%08x" % zlib.crc32(body):
+        return None
+    try:
+        cached = marshal.loads(body)
+    except (ValueError, EOFError, TypeError):
         return None
     if not isinstance(cached, dict) or cached.get("format") != CACHE_FORMAT:
         return None
     if cached.get("version") != __version__ or cached.get("python") != sys.hexversion:
         return None
+    if not _files_shape(cached.get("files")) or not config_shape(cached.get("config")):
+        return None
     return cached
 
 
-def _write_cache(cache_dir: str, cache_file: str, content: dict) -> None:
+def _files_shape(files: object) -> bool:
+    if not isinstance(files, list) or not files:
+        return False
+    for entry in files:
+        if not (isinstance(entry, list) and len(entry) == 3):
+            return False
+        name, what, key = entry
+        if not (isinstance(name, str) and name.startswith("/") and isinstance(what, str)):
+            return False
+        if key is not None and not (
+            isinstance(key, list) and len(key) == 5 and all(type(k) is int for k in key)
+        ):
+            return False
+    return True
+
+
+def config_shape(config: object) -> bool:
+    """Whether `config` has the shape of a compiled config (the keys the hook reads)."""
+    if not isinstance(config, dict) or config.keys() != DEFAULTS.keys():
+        return False
+    for key, default in DEFAULTS.items():
+        value = config[key]
+        if isinstance(default, dict):
+            if not isinstance(value, dict) or value.keys() != default.keys():
+                return False
+        elif key != "profile" and type(value) is not type(default):
+            return False
+    profile = config["profile"]
+    if not isinstance(profile, dict) or not PROFILE_DEFAULTS.keys() <= profile.keys():
+        return False
+    devices = profile["devices"]
+    return isinstance(devices, dict) and PROFILE_DEFAULTS["devices"].keys() <= devices.keys()
+
+
+def _write_cache(dir_fd: int, cache_dir: str, name: str, files: list, config: dict) -> None:
     """Best effort: a cache that cannot be written only costs speed."""
-    content = {"format": CACHE_FORMAT, "version": __version__, "python": sys.hexversion, **content}
+    import zlib
+
+    content = {
+        "format": CACHE_FORMAT,
+        "version": __version__,
+        "python": sys.hexversion,
+        "files": files,
+        "config": config,
+    }
+    body = marshal.dumps(content)
+    data = CACHE_MAGIC + b"%08x" % zlib.crc32(body) + body
     try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{cache_file}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as file:
-            file.write(marshal.dumps(content))
-        os.replace(tmp, cache_file)
-    except OSError:
+        store.write_file(dir_fd, cache_dir, name, data, "config cache")
+    except OcihookError:
         pass
 
 
-def _read_yaml(path: str, what: str):
+def _read_yaml(path: str, what: str, missing_ok: bool = False):
+    """(document, key, racy) of a YAML file read through one fd; key from its fstat.
+    With `missing_ok`, None when the file does not exist."""
     import stat
 
     import yaml
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError) as error:
+        if missing_ok:
+            return None
+        raise OcihookError(f"{what} {path}: {describe(error)}") from None
     except OSError as error:
-        raise OcihookError(f"{what} {path}: {error.strerror}") from None
+        raise OcihookError(f"{what} {path}: {describe(error)}") from None
     with os.fdopen(fd, "rb") as file:
-        st = os.fstat(file.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise OcihookError(f"{what} {path}: not a regular file")
-        if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
-            raise OcihookError(
-                f"{what} {path}: must be owned by root and not writable by group or others"
-            )
-        data = file.read(MAX_YAML_BYTES + 1)
+        for _attempt in range(3):
+            before = os.fstat(file.fileno())
+            if not stat.S_ISREG(before.st_mode):
+                raise OcihookError(f"{what} {path}: not a regular file")
+            problem = trust_problem(before)
+            if problem:
+                raise OcihookError(f"{what} {path}: {problem}")
+            data = os.pread(file.fileno(), MAX_YAML_BYTES + 1, 0)
+            after = os.fstat(file.fileno())
+            if _key(after) == _key(before):
+                break
+        racy = _key(after) != _key(before) or time.time() - after.st_ctime < RACY_SECONDS
     if len(data) > MAX_YAML_BYTES:
         raise OcihookError(f"{what} {path}: larger than 1 MiB")
     try:
-        return yaml.safe_load(data)
+        document = yaml.safe_load(data)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
         raise OcihookError(f"{what} {path}:{where}: invalid YAML: {problem}") from None
+    return document, _key(after), racy
 
 
 def schema() -> dict:
@@ -168,32 +295,75 @@ def _merge(defaults: dict, values: dict) -> dict:
     return result
 
 
-def compile_config(path: str) -> tuple[dict, dict[str, list[int]]]:
-    """Read, validate and resolve the config; returns it and the keys of the files it used."""
+def compile_config(path: str) -> tuple[dict, list]:
+    """Read, validate and resolve the config; returns it and the files it read, each as
+    [path, what, key] (key None: a profile candidate that does not exist)."""
+    config, files, _racy = _compile(os.path.abspath(path))
+    return config, files
+
+
+def _compile(path: str) -> tuple[dict, list, bool]:
     full_schema = schema()
-    document = _read_yaml(path, "config")
+    document, key, racy = _read_yaml(path, "config")
     if document is None:
         document = {}
     _validate(document, full_schema, f"config {path}")
     config = _merge(DEFAULTS, document)
-    files = {path: _file_key(path)}
+    _compile_allow(config["request"]["allow"], path)
+    files = [[path, "config", key]]
     profile = config["profile"]
     if isinstance(profile, str):
-        profile_path = find_profile(profile, config["profile_dirs"])
-        document = _read_yaml(profile_path, "profile")
-        profile_schema = {"$defs": full_schema["$defs"], **full_schema["$defs"]["profile"]}
-        _validate(document, profile_schema, f"profile {profile_path}")
-        files[profile_path] = _file_key(profile_path)
-        profile = document
+        candidates = (
+            [profile]
+            if profile.startswith("/")
+            else profile_candidates(profile, config["profile_dirs"])
+        )
+        for candidate in candidates:
+            found = _read_yaml(candidate, "profile", missing_ok=not profile.startswith("/"))
+            if found is None:
+                files.append([candidate, "profile", None])
+                continue
+            document, key, candidate_racy = found
+            files.append([candidate, "profile", key])
+            racy = racy or candidate_racy
+            profile_schema = {"$defs": full_schema["$defs"], **full_schema["$defs"]["profile"]}
+            _validate(document, profile_schema, f"profile {candidate}")
+            profile = document
+            break
+        else:
+            raise OcihookError(
+                f"profile '{profile}' not found in {', '.join(config['profile_dirs'])}"
+            )
     config["profile"] = _merge(PROFILE_DEFAULTS, profile)
-    return config, files
+    return config, files, racy
+
+
+def _compile_allow(allow: list[dict], path: str) -> None:
+    """Compile every request.allow regex now, as the hook will at container start."""
+    import re
+
+    for number, entry in enumerate(allow):
+        for key_re, value_re in (entry.get("annotations") or {}).items():
+            for pattern in (key_re, value_re):
+                try:
+                    re.compile(pattern)
+                except re.error as error:
+                    raise OcihookError(
+                        f"config {path}: request.allow.{number}.annotations: "
+                        f"invalid regex {pattern!r:.60}: {error}"
+                    ) from None
+
+
+def profile_candidates(name: str, profile_dirs: list[str]) -> list[str]:
+    """Where a named profile is looked for, in order (the first that exists is used)."""
+    return [os.path.join(directory, f"{name}.yaml") for directory in profile_dirs]
 
 
 def find_profile(name: str, profile_dirs: list[str]) -> str:
+    """The profile file a name resolves to (as the compile resolves it)."""
     if name.startswith("/"):
         return name
-    for directory in profile_dirs:
-        candidate = os.path.join(directory, f"{name}.yaml")
-        if os.path.isfile(candidate):
+    for candidate in profile_candidates(name, profile_dirs):
+        if os.path.lexists(candidate):
             return candidate
     raise OcihookError(f"profile '{name}' not found in {', '.join(profile_dirs)}")

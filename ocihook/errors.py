@@ -1,8 +1,46 @@
-"""The project's one error type: a message that fits on one line of stderr."""
+"""The project's one error contract.
+
+OcihookError is an expected failure: one line on stderr ("ocihook: ..."), exit status 1.
+Anything else that escapes is a bug: one line ("ocihook: internal error: ..."), status 2.
+
+podman maps a hook's stderr that contains "no such file or directory" (any case) to "OCI
+runtime attempted to invoke a command that was not found" and exit status 127, which sends
+users looking for a missing runtime binary: the messages say "does not exist" instead.
+"""
+
+from __future__ import annotations
+
+import errno
+
+_NOT_FOUND = "no such file or directory"
+
+
+def _rephrase(message: str) -> str:
+    lower = message.lower()
+    while _NOT_FOUND in lower:
+        start = lower.index(_NOT_FOUND)
+        end = start + len(_NOT_FOUND)
+        message = message[:start] + "does not exist" + message[end:]
+        lower = message.lower()
+    return message
 
 
 class OcihookError(Exception):
     """An expected failure, reported to the user as one line and a non-zero exit."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(_rephrase(" ".join(str(message).split())))
+
+
+def describe(error: OSError) -> str:
+    """The cause of an OSError in words ("does not exist" for ENOENT), without the path."""
+    if error.errno == errno.ENOENT:
+        return "does not exist"
+    return error.strerror or str(error)
+
+
+def from_os_error(error: OSError) -> OcihookError:
+    """An environmental OSError that reached the top: its path (if any) and cause."""
+    names = [n for n in (error.filename, error.filename2) if n is not None]
+    where = " -> ".join(str(n) for n in names)
+    return OcihookError(f"{where}: {describe(error)}" if where else describe(error))

@@ -55,9 +55,9 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
     config = load_config(config_path, cache_dir)
     if state["status"] == "stopped":
-        from ocihook.record import remove_record
+        from ocihook.record import finish_record
 
-        remove_record(config["state_dir"], state["id"])
+        finish_record(config["state_dir"], state["id"])
         return 0
     if state["status"] not in PRESTART_STATUSES:
         raise OcihookError(

@@ -144,8 +144,12 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
         f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
     )
     body = _record(container, plan, trees, source_labels, label, edits, ldconfig_ran)
-    record.write_record(state_fd, container.id, body)
-    os.close(state_fd)
+    try:
+        record.write_record(state_fd, config["state_dir"], container.id, body)
+        settings = config["records"]
+        record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
+    finally:
+        os.close(state_fd)
     return body
 
 
@@ -218,43 +222,45 @@ def _apply_in_container(
 
 
 def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -> dict:
-    return {
-        "created": record.utc_now(),
-        "pid": container.pid,
-        "bundle": container.bundle,
-        "rootfs": container.rootfs,
-        "profile": plan.profile,
-        "request": plan.request,
-        "source_root": plan.source_root,
-        "device_root": plan.device_root,
-        "driver_version": plan.driver_version,
-        "mount_label": container.mount_label,
-        "process_label": container.process_label,
-        "file_label": label,
-        "mounts": [
-            {
-                "source": m.host_path,
-                "target": m.target,
-                "kind": m.kind,
-                "dev": t.dev,
-                "ino": t.ino,
-                "label": source_labels.get(m.host_path),
-            }
-            for t, m in zip(trees, plan.mounts)
-        ],
-        "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
-        "devices": [
-            {
-                "path": d.path,
-                "host_path": d.host_path,
-                "type": d.type,
-                "major": d.major,
-                "minor": d.minor,
-                "index": d.index,
-                "label": label,
-            }
-            for d in plan.devices
-        ],
-        "cgroup": edits,
-        "ld_dirs": plan.ld_dirs if ldconfig_ran else [],
-    }
+    return record.new_record(
+        container.id,
+        container.pid,
+        {
+            "bundle": container.bundle,
+            "rootfs": container.rootfs,
+            "profile": plan.profile,
+            "request": plan.request,
+            "source_root": plan.source_root,
+            "device_root": plan.device_root,
+            "driver_version": plan.driver_version,
+            "mount_label": container.mount_label,
+            "process_label": container.process_label,
+            "file_label": label,
+            "mounts": [
+                {
+                    "source": m.host_path,
+                    "target": m.target,
+                    "kind": m.kind,
+                    "dev": t.dev,
+                    "ino": t.ino,
+                    "label": source_labels.get(m.host_path),
+                }
+                for t, m in zip(trees, plan.mounts)
+            ],
+            "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
+            "devices": [
+                {
+                    "path": d.path,
+                    "host_path": d.host_path,
+                    "type": d.type,
+                    "major": d.major,
+                    "minor": d.minor,
+                    "index": d.index,
+                    "label": label,
+                }
+                for d in plan.devices
+            ],
+            "cgroup": edits,
+            "ld_dirs": plan.ld_dirs if ldconfig_ran else [],
+        },
+    )

@@ -98,4 +98,4 @@ def test_check_reports_a_missing_source_root(hook_setup, synth_root, tmp_path):
     hook_setup.write_config(**base_config(hook_setup.dir, synth_root, source_root=str(driver)))
     result = run_check(hook_setup.config, hook_setup.hooks_dir)
     assert result.returncode == 1
-    assert f"FAILED  source root {driver}: No such file or directory" in result.stdout
+    assert f"FAILED  source root {driver}: does not exist" in result.stdout

@@ -105,7 +105,7 @@ def test_injected_files_are_read_only_nosuid_nodev(hook_setup, image_busybox):
     assert "NOWRITE" in result.stdout
 
 
-def test_record_written_and_removed_at_poststop(hook_setup, image_busybox):
+def test_record_written_and_kept_exited_at_poststop(hook_setup, image_busybox):
     result = hook_setup.run(
         image_busybox,
         ["/bin/sleep", "60"],
@@ -131,7 +131,8 @@ def test_record_written_and_removed_at_poststop(hook_setup, image_busybox):
         assert f"{record['id']}: injected" in hook_setup.log.read_text()
     finally:
         podman.remove("ocihook-record-test")
-    assert hook_setup.records() == []
+    (path,) = hook_setup.records()
+    assert json.loads(path.read_text())["status"] == "exited"
 
 
 def _config(hook_setup, synth_root, **overrides):

@@ -73,7 +73,7 @@ def test_missing_bundle(hook_setup, tmp_path):
     result = run_hook(hook_setup, json.dumps(state).encode())
     assert result.returncode == 1
     assert (
-        one_line(result) == f"ocihook: bundle {tmp_path}/no-such-bundle: No such file or directory"
+        one_line(result) == f"ocihook: bundle {tmp_path}/no-such-bundle: does not exist"
     )
 
 
@@ -119,7 +119,7 @@ def test_missing_source_fails_the_container(hook_setup, synth_root, image_busybo
         hook_setup,
         image_busybox,
         "all",
-        f"ocihook: source root {tmp_path}/gone: No such file or directory",
+        f"ocihook: source root {tmp_path}/gone: does not exist",
     )
 
 

@@ -1,5 +1,11 @@
 """The hook's per-container records (/run/ocihook/<id>.json) and matching denials to them.
 
+The schema and lifetime are ocihook.record's: records stay after the container exits
+(status "exited", `exited_at`) or is found gone without a poststop ("orphaned"), so a
+denial of a container that has already failed is still tied to it. When a denial's time
+is known, containers whose lifetime covers it are preferred (MCS categories and pids are
+reused by later containers).
+
 A denial belongs to a container when its scontext carries the container's MCS categories
 (process or mount label), when its pid is the container's, or when it touches a file or
 device that only that container had injected. A denial touches an injected file when its
@@ -15,9 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocihook.audit.parse import Avc, Event
+from ocihook.record import (
+    DEFAULT_STATE_DIR,
+    EXITED,
+    ORPHANED,
+    READABLE_VERSIONS,
+    RECORD_VERSION,
+    RUNNING,
+    STATUSES,
+    is_running,
+)
 
-DEFAULT_STATE_DIR = "/run/ocihook"
-RECORD_VERSION = 1
+__all__ = ["DEFAULT_STATE_DIR", "RECORD_VERSION", "EXITED", "ORPHANED", "RUNNING"]
+SLACK = 2.0  # seconds of clock and rounding slack around a container's lifetime
 
 
 @dataclass
@@ -47,6 +63,21 @@ class Container:
     mount_label: str | None = None
     process_label: str | None = None
     injected: list[Injected] = field(default_factory=list)
+    status: str = RUNNING  # running, exited or orphaned (running with its process gone: orphaned)
+    created_at: float | None = None  # epoch seconds
+    exited_at: float | None = None  # epoch seconds (exited)
+    orphaned_at: float | None = None  # epoch seconds the orphan was found (ended before)
+
+    def ended(self) -> float | None:
+        """Latest time the container can have run (None: still running)."""
+        return self.exited_at if self.exited_at is not None else self.orphaned_at
+
+    def alive_at(self, when: float) -> bool:
+        """Whether the container's lifetime covers `when` (unknown bounds count as covering)."""
+        if self.created_at is not None and when < self.created_at - SLACK:
+            return False
+        end = self.ended()
+        return end is None or when <= end + SLACK
 
 
 @dataclass
@@ -106,10 +137,20 @@ def _int(value: object) -> int | None:
         return None
 
 
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def container_from_dict(data: dict, path: str = "") -> Container:
-    """A Container from a version-1 record (raises ValueError when it is not one)."""
-    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
-        raise ValueError(f"not a version {RECORD_VERSION} ocihook record")
+    """A Container from a record of a readable version (raises ValueError when it is not one).
+
+    A record that says running but whose process is gone (pid and start time) is read as
+    orphaned; the file is left as it is (the hook itself marks it)."""
+    if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
+        versions = " or ".join(str(v) for v in READABLE_VERSIONS)
+        raise ValueError(f"not a version {versions} ocihook record")
     if not isinstance(data.get("id"), str) or not data["id"]:
         raise ValueError("record without an id")
     container = Container(
@@ -123,7 +164,16 @@ def container_from_dict(data: dict, path: str = "") -> Container:
         device_root=data.get("device_root"),
         mount_label=data.get("mount_label"),
         process_label=data.get("process_label"),
+        created_at=_float(data.get("created_at")),
+        exited_at=_float(data.get("exited_at")),
+        orphaned_at=_float(data.get("orphaned_at")),
     )
+    status = data.get("status", RUNNING)
+    if status not in STATUSES:
+        raise ValueError(f"unknown record status {status!r}")
+    if status == RUNNING and container.pid is not None and not is_running(data):
+        status = ORPHANED
+    container.status = status
     for mount in data.get("mounts") or []:
         container.injected.append(
             Injected(
@@ -221,8 +271,19 @@ def owns(container: Container, avc: Avc, event: Event) -> str | None:
     return None
 
 
+def _in_lifetime(event: Event, containers: list[Container]) -> list[Container]:
+    """The containers that may have run at the event's time (all when it is unknown), newest
+    first: a later container with the same MCS categories or pid is not blamed."""
+    ordered = sorted(containers, key=lambda c: c.created_at or 0.0, reverse=True)
+    if event.timestamp is None:
+        return ordered
+    return [c for c in ordered if c.alive_at(event.timestamp)]
+
+
 def match(event: Event, avc: Avc, containers: list[Container]) -> Match:
-    """Tie a denial to a container and an injected file where the records allow it."""
+    """Tie a denial to a container and an injected file where the records allow it: running,
+    exited and orphaned containers alike, preferring those alive at the denial's time."""
+    containers = _in_lifetime(event, containers)
     owners = [(c, why) for c in containers if (why := owns(c, avc, event))]
     files = [(c, hit) for c in containers if (hit := match_file(c, event, avc))]
     if owners:

@@ -1,0 +1,118 @@
+# `make install` / `make uninstall`: the by-hand installation (README "Installing on a host").
+# Included by the top-level Makefile. DESTDIR (staging root) and PREFIX aware:
+#
+#   make install                          PREFIX=/usr: the same paths as the RPM
+#   make install DESTDIR=/tmp/stage       stage the tree (nothing is loaded or checked)
+#   make install PREFIX=/usr/local        hook, profiles, man page under /usr/local; the
+#                                         installed hooks.d file and config point there
+#
+# The Python package is copied (no pip) into the site directory that the hook's interpreter
+# (HOOK_PYTHON -I) reads for PREFIX: on Debian /usr/lib/python3/dist-packages for /usr and
+# /usr/local/lib/python3.X/dist-packages for /usr/local. pip is not run, so PEP 668's
+# "externally managed" marker (which guards pip) is neither triggered nor overridden: no
+# pip metadata is written and pip does not manage these files; `make uninstall` removes them.
+# The dependencies come from the distribution (Debian: apt-get install python3-click
+# python3-yaml python3-jsonschema python3-prctl python3-selinux); `make install` says which
+# are missing. The SELinux module is built and installed as a file; it is loaded
+# (semodule -i) only when SELinux is enabled and DESTDIR is empty, else the step is printed.
+
+HOOK_PYTHON ?= /usr/bin/python3
+PREFIX ?= /usr
+SYSCONFDIR ?= /etc
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+RUNDIR ?= /run
+# podman reads /usr/share/... (the distribution's) and /etc/... (the admin's) hooks dirs.
+HOOKSDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/containers/oci/hooks.d,$(SYSCONFDIR)/containers/oci/hooks.d)
+PYTHON_SITEDIR ?= $(shell $(HOOK_PYTHON) -c "import sysconfig as s; n = s.get_scheme_names(); p = '$(PREFIX)'; \
+	scheme = 'deb_system' if p == '/usr' and 'deb_system' in n else 'posix_local' if p == '/usr/local' and 'posix_local' in n else 'posix_prefix'; \
+	base = '/usr' if scheme == 'posix_local' else p; \
+	print(s.get_path('purelib', scheme, vars={'base': base, 'platbase': base}))")
+INSTALL_DEPS := click yaml jsonschema prctl
+SELINUX_PP := selinux/ocihook.pp
+
+.PHONY: install uninstall install-check
+
+install:
+	@test -n "$(PYTHON_SITEDIR)" || { echo "install: $(HOOK_PYTHON) does not run" >&2; exit 1; }
+	@echo "install: package -> $(DESTDIR)$(PYTHON_SITEDIR)/ocihook (copied, no pip: PEP 668's marker only guards pip)"
+	rm -rf "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
+	find ocihook -name '*.py' -o -name '*.json' | while read -r f; do \
+		install -D -m 0644 "$$f" "$(DESTDIR)$(PYTHON_SITEDIR)/$$f" || exit 1; done
+	$(HOOK_PYTHON) -m compileall -q -d "$(PYTHON_SITEDIR)/ocihook" "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
+	install -d -m 0755 "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LIBEXECDIR)/ocihook"
+	printf '#!%s -I\nimport sys\nfrom ocihook.cli import main\nsys.exit(main())\n' "$(HOOK_PYTHON)" \
+		> "$(DESTDIR)$(BINDIR)/ocihook"
+	chmod 0755 "$(DESTDIR)$(BINDIR)/ocihook"
+	sed '1s|^#!/usr/bin/python3|#!$(HOOK_PYTHON)|' packaging/ocihook-hook \
+		> "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
+	chmod 0755 "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
+	install -d -m 0755 "$(DESTDIR)$(HOOKSDIR)" "$(DESTDIR)$(DATADIR)/ocihook/examples"
+	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
+		hooks.d/ocihook.json > "$(DESTDIR)$(HOOKSDIR)/ocihook.json"
+	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
+		hooks.d/ocihook-env.json > "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
+	chmod 0644 "$(DESTDIR)$(HOOKSDIR)/ocihook.json" "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
+	install -d -m 0755 "$(DESTDIR)$(SYSCONFDIR)/ocihook/profiles" "$(DESTDIR)$(DATADIR)/ocihook/profiles"
+	install -m 0644 packaging/profiles/*.yaml "$(DESTDIR)$(DATADIR)/ocihook/profiles/"
+	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" ]; then \
+		echo "install: $(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml exists: kept (the shipped one is $(DATADIR)/ocihook/examples/config.yaml)"; \
+	else \
+		sed 's|/usr/share/ocihook/profiles|$(DATADIR)/ocihook/profiles|' packaging/config.yaml \
+			> "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" && \
+		chmod 0644 "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml"; \
+	fi
+	sed 's|/usr/share/ocihook/profiles|$(DATADIR)/ocihook/profiles|' packaging/config.yaml \
+		> "$(DESTDIR)$(DATADIR)/ocihook/examples/config.yaml"
+	chmod 0644 "$(DESTDIR)$(DATADIR)/ocihook/examples/config.yaml"
+	install -D -m 0644 packaging/ocihook.1 "$(DESTDIR)$(MANDIR)/man1/ocihook.1"
+	install -D -m 0644 packaging/ocihook.tmpfiles "$(DESTDIR)$(TMPFILESDIR)/ocihook.conf"
+	install -d -m 0700 "$(DESTDIR)$(RUNDIR)/ocihook"
+	@if [ -f "$(SELINUX_PP)" ] || $(MAKE) -s -C selinux >/dev/null 2>&1; then \
+		install -D -m 0644 "$(SELINUX_PP)" "$(DESTDIR)$(DATADIR)/selinux/packages/ocihook.pp"; \
+	else \
+		echo "install: SELinux module not built (needs selinux-policy-dev or selinux-policy-devel): make -C selinux"; \
+	fi
+	@if [ -z "$(DESTDIR)" ]; then $(MAKE) -s install-check; fi
+
+# After a real install: the interpreter finds the package, the deps are there, SELinux module.
+install-check:
+	@$(HOOK_PYTHON) -I -c "import ocihook, sys; f = ocihook.__file__; \
+		sys.exit(0 if f.startswith('$(PYTHON_SITEDIR)/') else 'install: $(HOOK_PYTHON) -I imports ocihook from ' + f + ', not $(PYTHON_SITEDIR): remove that copy')" \
+		|| exit 1
+	@missing=""; for m in $(INSTALL_DEPS); do \
+		$(HOOK_PYTHON) -I -c "import $$m" 2>/dev/null || missing="$$missing $$m"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "install: $(HOOK_PYTHON) lacks:$$missing; on Debian: apt-get install python3-click python3-yaml python3-jsonschema python3-prctl python3-selinux" >&2; \
+	fi
+	@if [ -f "$(DATADIR)/selinux/packages/ocihook.pp" ]; then \
+		if command -v selinuxenabled >/dev/null 2>&1 && selinuxenabled; then \
+			echo "install: loading the SELinux module (semodule -i, takes a while)"; \
+			semodule -i "$(DATADIR)/selinux/packages/ocihook.pp"; \
+		else \
+			echo "install: SELinux is not enabled: module left in $(DATADIR)/selinux/packages/ocihook.pp (load it with semodule -i when it is)"; \
+		fi; \
+	fi
+	@echo "install: done; run: ocihook check"
+
+uninstall:
+	rm -rf "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
+	rm -f "$(DESTDIR)$(BINDIR)/ocihook" "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
+	-rmdir "$(DESTDIR)$(LIBEXECDIR)/ocihook"
+	rm -f "$(DESTDIR)$(HOOKSDIR)/ocihook.json" "$(DESTDIR)$(MANDIR)/man1/ocihook.1" \
+		"$(DESTDIR)$(TMPFILESDIR)/ocihook.conf"
+	@if [ -z "$(DESTDIR)" ] && command -v semodule >/dev/null 2>&1 && command -v selinuxenabled >/dev/null 2>&1 \
+		&& selinuxenabled && semodule -l 2>/dev/null | grep -qx ocihook; then semodule -r ocihook; fi
+	rm -f "$(DESTDIR)$(DATADIR)/selinux/packages/ocihook.pp"
+	@if [ -f "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" ] && \
+		cmp -s "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" "$(DESTDIR)$(DATADIR)/ocihook/examples/config.yaml"; then \
+		rm -f "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml"; \
+	elif [ -f "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" ]; then \
+		echo "uninstall: $(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml was changed: kept"; \
+	fi
+	rm -rf "$(DESTDIR)$(DATADIR)/ocihook"
+	-rmdir "$(DESTDIR)$(SYSCONFDIR)/ocihook/profiles" "$(DESTDIR)$(SYSCONFDIR)/ocihook" 2>/dev/null
+	@echo "uninstall: done (records in $(RUNDIR)/ocihook are left: they go at reboot)"

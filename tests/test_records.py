@@ -1,0 +1,161 @@
+"""Records outlive the container: running -> exited at poststop, orphans found by the next
+prestart, pruning by age and count, and `ocihook audit` ties denials to exited containers.
+All with real podman + runc containers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+from click.testing import CliRunner
+
+from ocihook.audit.cli import audit
+from ocihook.record import SWEEP_STAMP, process_start
+from tests.conftest import base_config
+from tests.support import podman
+
+
+def read(path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_record_running_then_exited(hook_setup, image_busybox):
+    name = "ocihook-i12-lifecycle"
+    started = time.time()
+    result = hook_setup.run(
+        image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        (path,) = hook_setup.records()
+        body = read(path)
+        assert body["status"] == "running" and body["version"] == 2
+        assert started - 1 <= body["created_at"] <= time.time()
+        assert body["pid_start"] == process_start(body["pid"])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(hook_setup.state_dir.stat().st_mode) == 0o700
+    finally:
+        podman.remove(name)
+    body = read(path)
+    assert body["status"] == "exited"
+    assert body["created_at"] <= body["exited_at"] <= time.time()
+    assert [p.name for p in hook_setup.state_dir.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def _prestart_only(hook_setup) -> None:
+    """The hooks.d file without the poststop stage: as if poststop never ran."""
+    path = hook_setup.hooks_dir / "ocihook.json"
+    document = json.loads(path.read_text())
+    document["stages"] = ["prestart"]
+    path.write_text(json.dumps(document))
+
+
+def _sweep_due(hook_setup) -> None:
+    """The orphan sweep runs at most once a minute: make the last one a minute old."""
+    stamp = hook_setup.state_dir / SWEEP_STAMP
+    old = time.time() - 61
+    os.utime(stamp, (old, old))
+
+
+def test_orphan_marked_by_next_prestart(hook_setup, image_busybox):
+    _prestart_only(hook_setup)
+    result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
+    assert result.returncode == 0, result.stderr
+    (orphan,) = hook_setup.records()
+    assert read(orphan)["status"] == "running"  # no poststop came
+    _sweep_due(hook_setup)
+    before = time.time()
+    result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
+    assert result.returncode == 0, result.stderr
+    body = read(orphan)
+    assert body["status"] == "orphaned"
+    assert before <= body["orphaned_at"] <= time.time()
+    assert "exited_at" not in body
+    statuses = sorted(read(p)["status"] for p in hook_setup.records())
+    assert statuses == ["orphaned", "running"]  # the second one had no poststop either
+
+
+def test_sweep_leaves_a_live_container_running(hook_setup, image_busybox):
+    name = "ocihook-i12-live"
+    result = hook_setup.run(
+        image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        (live,) = hook_setup.records()
+        _sweep_due(hook_setup)
+        assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
+        assert read(live)["status"] == "running"
+    finally:
+        podman.remove(name)
+    assert read(live)["status"] == "exited"
+
+
+def test_pruned_by_count(hook_setup, synth_root, image_busybox):
+    config = base_config(hook_setup.dir, synth_root, records={"max_count": 2, "max_age": 3600})
+    hook_setup.write_config(**config)
+    ids = []
+    for _ in range(4):
+        result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
+        assert result.returncode == 0, result.stderr
+        newest = max(hook_setup.records(), key=lambda p: read(p)["created_at"])
+        ids.append(newest.stem)
+    left = {p.stem: read(p)["status"] for p in hook_setup.records()}
+    # the sweep at the 4th prestart kept the running one and the newest exited one
+    assert left == {ids[2]: "exited", ids[3]: "exited"}
+
+
+def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, image_busybox):
+    config = base_config(hook_setup.dir, synth_root, records={"max_age": 600})
+    hook_setup.write_config(**config)
+    name = "ocihook-i12-age"
+    result = hook_setup.run(
+        image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        (live,) = hook_setup.records()
+        assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
+        (exited,) = [p for p in hook_setup.records() if p != live]
+        old = time.time() - 601
+        for path in (live, exited):
+            os.utime(path, (old, old))
+        assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
+        left = {p.stem: read(p)["status"] for p in hook_setup.records()}
+        assert exited.stem not in left
+        assert left[live.stem] == "running"
+        assert sorted(left.values()) == ["exited", "running"]
+    finally:
+        podman.remove(name)
+
+
+def _avc(when: float, pid: int, path: str) -> str:
+    return (
+        f"type=AVC msg=audit({when:.3f}:4242): avc:  denied  {{ read }} for  pid={pid} "
+        f'comm="synth-smi" path="{path}" dev="overlay" ino=99 '
+        "scontext=system_u:system_r:container_t:s0:c1,c2 "
+        "tcontext=system_u:object_r:container_file_t:s0 tclass=file permissive=0\n"
+    )
+
+
+def test_audit_ties_a_denial_to_an_exited_container(hook_setup, image_busybox, tmp_path):
+    result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
+    assert result.returncode == 0, result.stderr
+    (path,) = hook_setup.records()
+    body = read(path)
+    assert body["status"] == "exited"
+    log = tmp_path / "audit.log"
+    during = (body["created_at"] + body["exited_at"]) / 2
+    log.write_text(_avc(during, body["pid"], "/usr/bin/synth-smi"))
+    state = ["--json", "--state-dir", str(hook_setup.state_dir)]
+    out = CliRunner().invoke(audit, [*state, str(log)], catch_exceptions=False)
+    (finding,) = json.loads(out.output)["findings"]
+    assert finding["container"] == body["id"]
+    assert finding["injected"]["target"] == "/usr/bin/synth-smi"
+    # the same pid an hour later is another process: not this container's denial
+    log.write_text(_avc(body["exited_at"] + 3600, body["pid"], "/etc/passwd"))
+    out = CliRunner().invoke(audit, [*state, str(log)], catch_exceptions=False)
+    (finding,) = json.loads(out.output)["findings"]
+    assert finding["container"] is None
