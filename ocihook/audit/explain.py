@@ -169,14 +169,6 @@ def _from_hook(finding: Finding, stype: str, ttype: str) -> None:
         )
         finding.fixes = ["report it to ocihook (the hook should not change domain)"]
         return
-    if avc.tclass in names.FILE_CLASSES and ttype not in names.CONTAINER_READABLE_TYPES:
-        finding.explanation = (
-            f"The hook ({stype}) was denied {' '.join(avc.perms)} on {finding.target or ttype} "
-            f"({ttype}). The hook runs in the container runtime's domain; check the driver's "
-            f"source root labels and the runtime's policy."
-        )
-        finding.fixes = [f"{names.RELABEL_COMMAND} <source root>", "ocihook selinux status"]
-        return
     finding.explanation = (
         f"The hook ({stype}) was denied {' '.join(avc.perms)} on {ttype} {avc.tclass}; the "
         f"runtime's domain lacks a rule the hook needs. Report it to ocihook with these records."

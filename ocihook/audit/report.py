@@ -12,9 +12,14 @@ UNRELATED = "not related to ocihook"
 SHOW_UNREADABLE = 5
 
 
+HOOK = "ocihook's hook itself"
+
+
 def _group(finding: Finding) -> str:
     if finding.match.container is not None:
         return finding.match.container.id
+    if finding.cause == "hook":
+        return HOOK
     if finding.match.candidates:
         return "injected into " + ", ".join(finding.match.candidates)
     return UNRELATED
@@ -148,7 +153,7 @@ def to_text(
         groups.setdefault(name, OrderedDict()).setdefault(finding.cause, []).append(
             (finding, count)
         )
-    order = sorted(groups, key=lambda g: (g == UNRELATED, g))
+    order = sorted(groups, key=lambda g: (g == UNRELATED, g == HOOK, g))
     for name in order:
         container = containers.get(name)
         if container is not None:

@@ -62,8 +62,11 @@ def exec_in_current_domain() -> None:
         return
     with open("/proc/thread-self/attr/current", "rb") as current:
         context = current.read().rstrip(b"\0\n")
-    with open("/proc/thread-self/attr/exec", "wb", buffering=0) as exec_attr:
-        exec_attr.write(context)
+    fd = os.open("/proc/thread-self/attr/exec", os.O_WRONLY | os.O_CLOEXEC)  # no O_CREAT
+    try:
+        os.write(fd, context)
+    finally:
+        os.close(fd)
 
 
 def get_label(path: str, follow_symlinks: bool = False) -> str | None:

@@ -23,6 +23,13 @@ cp "$HERE/ocihooktestbed.te" /tmp/pol/
 semodule -i /tmp/pol/container.pp /tmp/pol/ocihooktestbed.pp
 rm -rf /tmp/pol
 
+# podman's storage, created now so that the image's labelling (setfiles) gives it the container
+# module's types (container_var_lib_t, container_ro_file_t for layers), as restorecon does on a
+# host where the container policy is installed after podman; files podman creates later inherit.
+mkdir -p /var/lib/containers/storage/overlay /var/lib/containers/storage/overlay-images \
+    /var/lib/containers/storage/overlay-layers /var/lib/containers/storage/overlay-containers \
+    /var/lib/containers/storage/volumes
+
 install -m 0755 "$HERE/ocihook-guest-run" /usr/local/sbin/ocihook-guest-run
 install -m 0644 "$HERE/ocihook-guest.service" /etc/systemd/system/ocihook-guest.service
 systemctl enable ocihook-guest.service
