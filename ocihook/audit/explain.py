@@ -266,7 +266,7 @@ def _from_labels(
     if avc.tclass in names.FILE_CLASSES and ttype not in names.CONTAINER_READABLE_TYPES:
         finding.cause = "source-unlabelled"
         finding.explanation = (
-            f"{what} has type {ttype}, which containers may not read: the driver source "
+            f"{what} has type {ttype}, which containers may not read or execute: the driver source "
             f"{source_root} is not labelled {names.SHARED_FILE_LABEL}."
         )
         finding.fixes = [f"{names.RELABEL_COMMAND} {source_root}"]
