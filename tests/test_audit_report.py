@@ -171,7 +171,9 @@ def test_match_by_inode_and_host_path(state, tmp_path):
 
 
 def test_since_filters_events(state):
-    code, report = findings(state, str(DATA / "audit.log"), extra=("--since", "1764518500", "--all"))
+    code, report = findings(
+        state, str(DATA / "audit.log"), extra=("--since", "1764518500", "--all")
+    )
     assert {f["serial"] for f in report["findings"]} == {5003, 5004, 5005, 5006}
     assert parse_since("10m", now=1000.0) == 400.0
     assert parse_since("1h", now=7200.0) == 3600.0

@@ -72,9 +72,7 @@ def test_missing_bundle(hook_setup, tmp_path):
     }
     result = run_hook(hook_setup, json.dumps(state).encode())
     assert result.returncode == 1
-    assert (
-        one_line(result) == f"ocihook: bundle {tmp_path}/no-such-bundle: does not exist"
-    )
+    assert one_line(result) == f"ocihook: bundle {tmp_path}/no-such-bundle: does not exist"
 
 
 def test_unknown_argument(hook_setup):

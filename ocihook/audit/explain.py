@@ -152,15 +152,12 @@ def _from_hook(finding: Finding, stype: str, ttype: str) -> None:
     if avc.tclass == "process2" and perms & {"nnp_transition", "nosuid_transition"}:
         finding.explanation = (
             f"The hook's sandboxed ldconfig (no_new_privs) was started with a domain "
-            f"transition {stype} -> {ttype}, which SELinux refuses under no_new_privs. "
-            f"ocihook 0.x before this fix did that; current ocihook runs ldconfig in the "
-            f"hook's own domain (exec context set to it), so no transition happens."
+            f"transition {stype} -> {ttype}, which SELinux refuses under no_new_privs; the "
+            f"kernel then runs ldconfig in {stype} anyway, so containers are not affected, only "
+            f"the log. An older ocihook did this; current ocihook runs ldconfig in the hook's "
+            f"own domain explicitly (its exec context), which logs nothing."
         )
-        finding.fixes = [
-            "upgrade ocihook (its ldconfig sandbox no longer changes domain)",
-            "until then: ldconfig.enabled: false in /etc/ocihook/config.yaml "
-            "(containers then get no ld cache entries for the driver)",
-        ]
+        finding.fixes = ["upgrade ocihook (its ldconfig sandbox no longer asks for a transition)"]
         return
     if avc.tclass == "process" and "transition" in perms:
         finding.explanation = (

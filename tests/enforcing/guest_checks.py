@@ -82,9 +82,7 @@ class Audit:
     def denials(start: int, end: int) -> list[str]:
         data = AUDIT_LOG.read_bytes()[start:end].decode(errors="replace")
         return [
-            line
-            for line in data.splitlines()
-            if any(f"type={t} " in line for t in DENIAL_TYPES)
+            line for line in data.splitlines() if any(f"type={t} " in line for t in DENIAL_TYPES)
         ]
 
 
@@ -245,10 +243,16 @@ def setup():
 
 @check("plain-container")
 def plain():
-    result = podman_run(["/bin/sh", "-c", "cat /proc/self/attr/current; echo; ls /dev"], devices=None)
+    result = podman_run(
+        ["/bin/sh", "-c", "cat /proc/self/attr/current; echo; ls /dev"], devices=None
+    )
     save("plain.out", result.stdout + result.stderr)
     label = result.stdout.splitlines()[0].rstrip("\0") if result.stdout else ""
-    ok = result.returncode == 0 and context_type(label) == "container_t" and "synth" not in result.stdout
+    ok = (
+        result.returncode == 0
+        and context_type(label) == "container_t"
+        and "synth" not in result.stdout
+    )
     return ok, f"rc={result.returncode}, runs as {label}, no synth devices"
 
 
@@ -322,7 +326,10 @@ def labels():
 @check("no-annotation")
 def no_annotation():
     result = podman_run(["/bin/sh", "-c", "ls /dev /usr/bin /usr/lib64 | grep -c synth"], None)
-    return result.stdout.strip() == "0", f"synth entries without the annotation: {result.stdout.strip()}"
+    return (
+        result.stdout.strip() == "0",
+        f"synth entries without the annotation: {result.stdout.strip()}",
+    )
 
 
 def break_driver() -> None:
@@ -389,7 +396,7 @@ def broken_warn():
     )
     return ok, (
         f"containers denied and removed; audit rc={audited.returncode}, "
-        f"{len(tied)}/{len(findings)} denials tied to container + injected file with the relabel fix"
+        f"{len(tied)}/{len(findings)} denials tied to container + injected file, relabel fix"
     )
 
 

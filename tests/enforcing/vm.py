@@ -191,7 +191,9 @@ def main() -> int:
     out_disk.unlink()
     summary_path = RESULTS / "summary.json"
     if not summary_path.exists():
-        print((RESULTS / "guest.log").read_text()[-3000:] if (RESULTS / "guest.log").exists() else "")
+        print(
+            (RESULTS / "guest.log").read_text()[-3000:] if (RESULTS / "guest.log").exists() else ""
+        )
         sys.exit(f"test-enforcing: the guest wrote no summary; see {RESULTS}")
     summary = json.loads(summary_path.read_text())
     summary["host"] = {"accel": accel, "seconds": round(time.monotonic() - started)}
