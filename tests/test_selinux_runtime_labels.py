@@ -102,13 +102,15 @@ def _audit_explains_denials_of_this_container(hook_setup, record, driver, tmp_pa
     """`ocihook audit` on AVC lines written for this real container's files and MCS level."""
     library = next(m for m in record["mounts"] if m["target"].endswith("libsynth.so.1.2.3"))
     scontext = "system_u:system_r:container_t:s0:c12,c34"
+    # while the container lived: audit does not blame a container for denials outside its life
+    when = int(record["created_at"])
     log = tmp_path / "audit.log"
     log.write_text(
-        f"type=AVC msg=audit(1764518400.100:501): avc:  denied  {{ map }} for  pid=4242 "
+        f"type=AVC msg=audit({when}.100:501): avc:  denied  {{ map }} for  pid=4242 "
         f'comm="synth-smi" path="{library["target"]}" dev="overlay" ino={library["ino"]} '
         f"scontext={scontext} tcontext=system_u:object_r:container_file_t:s0:c5,c6 "
         "tclass=file permissive=0\n"
-        "type=AVC msg=audit(1764518400.200:502): avc:  denied  { read write } for  pid=4242 "
+        f"type=AVC msg=audit({when}.200:502): avc:  denied  {{ read write }} for  pid=4242 "
         'comm="synth-smi" path="/dev/synth0" dev="tmpfs" ino=7 '
         f"scontext={scontext} tcontext=system_u:object_r:device_t:s0 tclass=chr_file "
         "permissive=0\n"
