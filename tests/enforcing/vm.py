@@ -52,6 +52,7 @@ def ensure_image() -> Path:
     if (image / "rootfs.img").exists():
         log(f"image {image} (cached)")
         return image
+    image.parent.mkdir(parents=True, exist_ok=True)
     log(f"building the guest image {image} (mmdebstrap, a few minutes)")
     started = time.monotonic()
     with open(BUILD / "vm" / "image-build.log", "w") as out:
