@@ -26,7 +26,7 @@ SRC = Path(sys.argv[1]).resolve()
 OUT = Path(sys.argv[2]).resolve()
 sys.path.insert(0, str(SRC))
 
-from tests.support import images, synthetic  # noqa: E402
+from tests.support import fake_hosts, images, synthetic  # noqa: E402
 
 AUDIT_LOG = Path("/var/log/audit/audit.log")
 DRIVER = Path("/srv/synth-driver")
@@ -332,6 +332,55 @@ def no_annotation():
     )
 
 
+# tree of tests/support/fake_hosts.py, request, the nodes the container must get
+VENDOR_CASES = {
+    "amd-server": ("renderD129", ["/dev/dri/card2", "/dev/dri/renderD129", "/dev/kfd"]),
+    "intel": ("0000:03:00.0", ["/dev/dri/card1", "/dev/dri/renderD129"]),
+    "gaudi-accel": ("0", ["/dev/accel/accel1", "/dev/accel/accel_controlD1"]),
+    "rdma": ("1", ["/dev/infiniband/uverbs1", "/dev/infiniband/umad1", "/dev/infiniband/rdma_cm"]),
+}
+ALLOWED_OPEN = ("ok", "No such device or address", "No such device")
+
+
+@check("vendor-devices")
+def vendor_devices():
+    """The amd, intel, habana and rdma profiles on fake hosts (stand-ins: sysfs trees and
+    char nodes with the vendors' majors, no hardware). The hook mknods each node in the
+    container's /dev; the container opens it: the device cgroup and SELinux must both allow
+    it (EPERM: cgroup, EACCES + AVC: SELinux; ENXIO/ENODEV: allowed, no driver here)."""
+    results = []
+    try:
+        for tree, (request, nodes) in VENDOR_CASES.items():
+            profile, build = fake_hosts.TREES[tree]
+            root = Path("/srv/ocihook-fake-hosts") / tree
+            shutil.rmtree(root, ignore_errors=True)
+            build(root)
+            CONFIG.write_text(
+                json.dumps({"profile": profile, "source_root": "/", "device_root": str(root)})
+                + "\n"
+            )
+            sh(["restorecon", str(CONFIG)])
+            opens = "; ".join(f"(exec 3<>{p}) 2>&1 && echo 'OPEN {p} ok'" for p in nodes)
+            result = podman_run(["/bin/sh", "-c", opens], devices=request)
+            save(f"vendor-{tree}.out", result.stdout + result.stderr)
+            for node in nodes:
+                line = next(
+                    (
+                        x
+                        for x in result.stdout.splitlines()
+                        if f" {node}: " in x or f"OPEN {node} " in x
+                    ),
+                    "",
+                )
+                results.append((tree, node, line, line.endswith(ALLOWED_OPEN)))
+    finally:
+        write_config("error")
+    bad = [r for r in results if not r[3]]
+    ok = bool(results) and not bad
+    detail = f"{len(results) - len(bad)}/{len(results)} vendor nodes opened or ENXIO/ENODEV"
+    return ok, detail if ok else f"{detail}; refused: {bad}"
+
+
 def break_driver() -> None:
     sh(["chcon", "-R", "-t", BROKEN_TYPE, str(DRIVER)])
 
@@ -427,6 +476,7 @@ CHECKS = {
     "user-1000": user_1000,
     "labels": labels,
     "no-annotation": no_annotation,
+    "vendor-devices": vendor_devices,
     "broken-source-check-error": broken_error,
     "broken-source-check-warn": broken_warn,
     "fixed-by-relabel": fixed,
