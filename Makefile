@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: all deps venv test demo lint format bench rpm selinux clean
+.PHONY: all deps venv test test-enforcing demo lint format bench rpm selinux clean
 
 include packaging/Makefile.rpm.mk
 include packaging/Makefile.install.mk
@@ -23,6 +23,11 @@ venv: deps $(VENV)/.stamp
 
 test: venv
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# SELinux enforcing, for real: a Debian 12 guest under QEMU runs the checks of
+# tests/enforcing/guest_checks.py (README "Testing under SELinux enforcing"). Results: build/enforcing/.
+test-enforcing: deps
+	$(PYTHON) tests/enforcing/vm.py $(ENFORCING_ARGS)
 
 demo: venv
 	$(VPY) scripts/demo.py

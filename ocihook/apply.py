@@ -20,7 +20,7 @@ import stat
 from ocihook import linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
 from ocihook.plan import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
-from ocihook.selinux.label import set_label_at
+from ocihook.selinux.label import label_at
 from ocihook.slots import Struct
 
 TYPE_CHECKING = False  # typing costs ~10 ms of imports at container start: annotations only
@@ -500,18 +500,20 @@ class ContainerWriter:
                 os.close(fd)
 
         self._undo.append((f"remove {path}", remove))  # before labelling: a failure undoes it
-        if self.label:
-            own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
-            try:
-                set_label_at(parent_fd if own_fd is None else own_fd, name, self.label)
-            except OSError as error:
-                raise OcihookError(
-                    f"container {path}: cannot set SELinux label {self.label:.80}: "
-                    f"{describe(error)}"
-                ) from None
-            finally:
-                if own_fd is not None:
-                    os.close(own_fd)
+        if not self.label:
+            return
+        own_fd = securepath.resolve(self.root_fd, parent) if parent_fd is None else None
+        try:
+            problem = label_at(parent_fd if own_fd is None else own_fd, name, self.label)
+        except OSError as error:
+            raise OcihookError(
+                f"container {path}: cannot set SELinux label {self.label:.80}: {describe(error)}"
+            ) from None
+        finally:
+            if own_fd is not None:
+                os.close(own_fd)
+        if problem:
+            raise OcihookError(f"container {path}: {problem}")
 
     def rollback(self) -> list[str]:
         """Undo every change in reverse order; keep going past errors, which are returned

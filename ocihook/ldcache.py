@@ -17,6 +17,7 @@ import time
 
 from ocihook import linux, privileges, securepath
 from ocihook.errors import OcihookError
+from ocihook.selinux import label
 
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
@@ -125,6 +126,9 @@ def _child(
 ):
     """Runs in the forked child; never returns."""
     try:
+        # No domain transition to ldconfig_t under no_new_privs: ldconfig stays confined by
+        # this sandbox in the hook's own domain (docs/selinux.md).
+        label.exec_in_current_domain()
         linux.unshare(linux.CLONE_NEWNS)
         linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
         root_fd = _reopen_root(root_fd, rootfs)

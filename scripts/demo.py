@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ocihook.selinux.label import selinux_enabled  # noqa: E402
 from tests.support import images, podman, synthetic  # noqa: E402
 
 WORK = REPO / "build" / "demo"
@@ -25,6 +27,11 @@ def main() -> int:
     WORK.mkdir(parents=True)
     step("building the synthetic driver (libsynth, synth-smi, /dev/synthN = real char devices)")
     driver = synthetic.build_driver(WORK / "driver")
+    if selinux_enabled():
+        # As README tells users: a driver tree containers share is labelled for them.
+        step(f"SELinux is enabled: ocihook selinux relabel {driver}")
+        relabel = [sys.executable, "-c", "from ocihook.cli import main; main()"]
+        subprocess.run([*relabel, "selinux", "relabel", str(driver)], check=True)
     hook = podman.write_hook_executable(WORK / "ocihook-hook", sys.executable)
     config = WORK / "config.yaml"
     config.write_text(

@@ -1,12 +1,14 @@
 #!/bin/sh
-# Installs the Debian packages that the demo, the tests and the RPM build need.
+# Installs the Debian packages that the demo, the tests, the RPM build and the enforcing
+# guest (qemu, mmdebstrap: make test-enforcing) need.
 # Idempotent: does nothing when every package is already installed.
 set -eu
 PKGS="podman runc busybox-static gcc make libc6-dev
 selinux-policy-default selinux-policy-dev selinux-policy-src checkpolicy semodule-utils
 policycoreutils setools python3-selinux python3-setools python3-sepolgen python3-venv
 python3-dev libcap-dev rpm rpmlint zstd attr cpio
-python3-click python3-yaml python3-jsonschema python3-prctl python3-pip python3-setuptools python3-wheel"
+python3-click python3-yaml python3-jsonschema python3-prctl python3-pip python3-setuptools python3-wheel
+qemu-system-x86 mmdebstrap e2fsprogs git"
 # shellcheck disable=SC2086
 if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \
    || [ "$(dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | wc -l)" -ne "$(echo $PKGS | wc -w)" ]; then

@@ -10,6 +10,17 @@ import pytest
 from ocihook.selinux.label import source_label_problem
 
 
+@pytest.mark.parametrize(
+    "context",
+    [
+        "system_u:object_r:container_ro_file_t:s0",
+        "unconfined_u:object_r:container_ro_file_t:s0",
+        "system_u:object_r:container_file_t:s0",
+        "system_u:object_r:lib_t:s0",
+        "system_u:object_r:textrel_shlib_t:s0",
+        "system_u:object_r:ld_so_t:s0",
+    ],
+)
 def test_readable_sources(context: str) -> None:
     assert source_label_problem("/run/ocihook/driver/lib/libsynth.so", context) is None
 

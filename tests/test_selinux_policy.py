@@ -57,7 +57,18 @@ def allowed(policy, source: str, target: str, tclass: str, bools: dict | None = 
     return perms
 
 
+def _artifacts(source: Path) -> dict[str, float | None]:
+    """mtime of the build outputs in the source tree (None: absent); `make install` or
+    `make -C selinux` may have left them there, build_module must not touch them."""
+    return {
+        name: (source / name).stat().st_mtime if (source / name).exists() else None
+        for name in ("tmp", "ocihook.pp")
+    }
+
+
 def test_make_builds_module_in_a_copy(tmp_path: Path) -> None:
+    source = Path(__file__).resolve().parents[1] / "selinux"
+    before = _artifacts(source)
     pp = build_module(tmp_path)
     assert pp.stat().st_size > 0
     subprocess.run(
@@ -65,8 +76,7 @@ def test_make_builds_module_in_a_copy(tmp_path: Path) -> None:
         check=True,
     )
     assert "ocihook_device_t" in (tmp_path / "m.fc").read_text()
-    source = Path(__file__).resolve().parents[1] / "selinux"
-    assert not (source / "tmp").exists() and not (source / "ocihook.pp").exists()
+    assert _artifacts(source) == before
 
 
 @pytest.mark.root

@@ -112,12 +112,15 @@ def _wanted(finding: Finding, container: str | None) -> bool:
     return any(c.startswith(container) for c in finding.match.candidates)
 
 
-def exit_code(findings: list[Finding], include_all: bool = False) -> int:
-    """1 when a relevant access was denied (related to ocihook, or any with --all), else 0."""
-    for finding in findings:
-        if finding.avc.denied and (finding.related or include_all):
-            return EXIT_DENIED
-    return EXIT_CLEAN
+def listed(findings: list[Finding], include_all: bool = False) -> list[Finding]:
+    """What the report lists: denials tied to ocihook (its containers, injected files, the hook
+    itself), or every one with --all."""
+    return [f for f in findings if include_all or f.related]
+
+
+def exit_code(findings: list[Finding]) -> int:
+    """1 whenever the report lists a denial, else 0 (pass the listed findings)."""
+    return EXIT_DENIED if any(f.avc.denied for f in findings) else EXIT_CLEAN
 
 
 @click.command("audit")
@@ -140,7 +143,10 @@ def exit_code(findings: list[Finding], include_all: bool = False) -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--all", "include_all", is_flag=True, help="Denials not related to ocihook also set exit 1."
+    "--all",
+    "include_all",
+    is_flag=True,
+    help="Also list denials not related to ocihook (they are counted, not listed, by default).",
 )
 def audit(
     files: tuple[str, ...],
@@ -154,8 +160,10 @@ def audit(
     """Explain SELinux AVC denials for containers that ocihook set up.
 
     Reads FILES (audit.log, rotated or gzipped logs, ausearch or journalctl output, dmesg;
-    '-' is stdin; default /var/log/audit/audit.log). Exit status: 0 nothing relevant was
-    denied, 1 something was, 2 usage error or unreadable input.
+    '-' is stdin; default /var/log/audit/audit.log). Lists the denials of containers ocihook
+    set up, of files it injected and of the hook itself (--all: every denial). Records of
+    containers that exited are kept, so their denials are tied to them after removal.
+    Exit status: 0 no denial listed, 1 a denial is listed, 2 usage error or unreadable input.
     """
     try:
         since_ts = None if since is None else parse_since(since)
@@ -188,11 +196,14 @@ def audit(
             warnings.append(str(error))
     findings = explain_all(parsed.events, lambda event, avc: match(event, avc, containers), oracle)
     findings = [f for f in findings if _wanted(f, container)]
-    code = exit_code(findings, include_all)
+    shown = listed(findings, include_all)
+    hidden = sum(1 for f in findings if f.avc.denied) - sum(1 for f in shown if f.avc.denied)
+    code = exit_code(shown)
     if as_json:
-        click.echo(json.dumps(to_json(findings, parsed, warnings, code, policy_path), indent=2))
+        report = to_json(shown, parsed, warnings, code, policy_path, hidden)
+        click.echo(json.dumps(report, indent=2))
     else:
-        click.echo(to_text(findings, parsed, warnings, policy_path), nl=False)
+        click.echo(to_text(shown, parsed, warnings, policy_path, hidden), nl=False)
     sys.exit(code)
 
 

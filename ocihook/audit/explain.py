@@ -22,8 +22,11 @@ CAUSES = {
     "dontaudit": "dontaudit rule (normally silent)",
     "allowed-now": "the policy allows it now",
     "granted": "granted (auditallow), not a denial",
+    "hook": "denied to ocihook's hook itself",
     "not-ocihook": "not related to ocihook",
 }
+
+HOOK_NAMES = ("ocihook-hook",)
 
 
 _BAD = {
@@ -48,7 +51,11 @@ class Finding:
 
     @property
     def related(self) -> bool:
-        return self.match.container is not None or self.match.injected is not None
+        return (
+            self.match.container is not None
+            or self.match.injected is not None
+            or self.cause == "hook"
+        )
 
     @property
     def target(self) -> str:
@@ -100,6 +107,9 @@ def explain(event: Event, avc: Avc, match: Match, verdict: Verdict | None = None
         finding.cause = "granted"
         finding.explanation = "An auditallow rule logged an access that was granted."
         return finding
+    if is_hook(event, avc):
+        _from_hook(finding, stype, ttype)
+        return finding
     if not finding.related:
         finding.cause = "not-ocihook"
         finding.explanation = (
@@ -117,6 +127,50 @@ def explain(event: Event, avc: Avc, match: Match, verdict: Verdict | None = None
     if verdict is not None:
         finding.explanation += said
     return finding
+
+
+def is_hook(event: Event, avc: Avc) -> bool:
+    """The denied process is ocihook's hook (or its ldconfig child before or after exec):
+    its comm, exe or command line names the hook executable."""
+    names_seen = [
+        avc.fields.get("comm") or "",
+        event.syscall.get("comm") or "",
+        avc.fields.get("exe") or "",
+        event.syscall.get("exe") or "",
+    ]
+    if any(n.strip('"').rsplit("/", 1)[-1] in HOOK_NAMES for n in names_seen):
+        return True
+    title = event.proctitle or ""
+    return any(f"/{n} " in f"{title} " or title.startswith(f"{n} ") for n in HOOK_NAMES)
+
+
+def _from_hook(finding: Finding, stype: str, ttype: str) -> None:
+    """A denial of the hook itself: what it was doing, and the fix in ocihook's terms."""
+    avc = finding.avc
+    finding.cause = "hook"
+    perms = set(avc.perms)
+    if avc.tclass == "process2" and perms & {"nnp_transition", "nosuid_transition"}:
+        finding.explanation = (
+            f"The hook's sandboxed ldconfig (no_new_privs) was started with a domain "
+            f"transition {stype} -> {ttype}, which SELinux refuses under no_new_privs; the "
+            f"kernel then runs ldconfig in {stype} anyway, so containers are not affected, only "
+            f"the log. An older ocihook did this; current ocihook runs ldconfig in the hook's "
+            f"own domain explicitly (its exec context), which logs nothing."
+        )
+        finding.fixes = ["upgrade ocihook (its ldconfig sandbox no longer asks for a transition)"]
+        return
+    if avc.tclass == "process" and "transition" in perms:
+        finding.explanation = (
+            f"The hook ({stype}) may not start a process in {ttype}: a domain transition the "
+            f"hook does not need. Report it to ocihook with these records."
+        )
+        finding.fixes = ["report it to ocihook (the hook should not change domain)"]
+        return
+    finding.explanation = (
+        f"The hook ({stype}) was denied {' '.join(avc.perms)} on {ttype} {avc.tclass}; the "
+        f"runtime's domain lacks a rule the hook needs. Report it to ocihook with these records."
+    )
+    finding.fixes = _generic_rule(avc)
 
 
 def _from_verdict(
@@ -243,4 +297,4 @@ def _denied_why(ttype: str) -> str:
     """Why a container was denied a file of type `ttype` that is no container type."""
     if ttype in names.HOST_LIBRARY_TYPES:
         return "the base policies let containers read but this host's policy did not"
-    return "containers may not read"
+    return "containers may not read or execute"

@@ -12,9 +12,14 @@ UNRELATED = "not related to ocihook"
 SHOW_UNREADABLE = 5
 
 
+HOOK = "ocihook's hook itself"
+
+
 def _group(finding: Finding) -> str:
     if finding.match.container is not None:
         return finding.match.container.id
+    if finding.cause == "hook":
+        return HOOK
     if finding.match.candidates:
         return "injected into " + ", ".join(finding.match.candidates)
     return UNRELATED
@@ -99,6 +104,7 @@ def to_json(
     warnings: list[str],
     exit_code: int,
     policy: str | None,
+    not_listed: int = 0,
 ) -> dict:
     """The machine-readable report."""
     entries = []
@@ -114,8 +120,9 @@ def to_json(
             "lines": parsed.lines,
             "records": parsed.records,
             "events": len(parsed.events),
-            "denials": sum(1 for f in findings if f.avc.denied),
+            "denials": sum(1 for f in findings if f.avc.denied) + not_listed,
             "related": sum(1 for f in findings if f.avc.denied and f.related),
+            "not_listed": not_listed,
             "unreadable": len(parsed.unreadable),
         },
         "findings": entries,
@@ -128,7 +135,11 @@ def to_json(
 
 
 def to_text(
-    findings: list[Finding], parsed: ParseResult, warnings: list[str], policy: str | None
+    findings: list[Finding],
+    parsed: ParseResult,
+    warnings: list[str],
+    policy: str | None,
+    not_listed: int = 0,
 ) -> str:
     """The readable report: per container, per cause, one line per distinct denial."""
     out: list[str] = []
@@ -142,7 +153,7 @@ def to_text(
         groups.setdefault(name, OrderedDict()).setdefault(finding.cause, []).append(
             (finding, count)
         )
-    order = sorted(groups, key=lambda g: (g == UNRELATED, g))
+    order = sorted(groups, key=lambda g: (g == UNRELATED, g == HOOK, g))
     for name in order:
         container = containers.get(name)
         if container is not None:
@@ -165,11 +176,14 @@ def to_text(
     granted = len(findings) - len(denials)
     related = sum(1 for f in denials if f.related)
     tail = (
-        f"{len(denials)} denial(s), {related} related to ocihook"
+        f"{len(denials) + not_listed} denial(s), {related} related to ocihook"
         + (f", {granted} granted" if granted else "")
         + f"; {parsed.records} record(s) in {parsed.lines} line(s)"
     )
-    out.append(tail if findings else f"No AVC denials. {tail}")
+    if not_listed:
+        tail += f"; {not_listed} denial(s) not related to ocihook not listed (--all lists them)"
+    none = "No denials related to ocihook." if not_listed else "No AVC denials."
+    out.append(tail if findings else f"{none} {tail}")
     if policy:
         out.append(f"Verdicts from audit2why with policy {policy}.")
     if parsed.unreadable:

@@ -5,6 +5,7 @@ Kept import-light: the hook's hot path uses it, so no libselinux import here.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from ocihook import securepath
@@ -27,6 +28,48 @@ def set_label_at(dirfd: int, name: str, context: str) -> None:
         context.encode() + b"\0",
         follow_symlinks=False,
     )
+
+
+def label_at(dirfd: int, name: str, context: str) -> str | None:
+    """Give `name` in `dirfd` the label `context`, as set_label_at does, or say why it has another.
+
+    On a file system mounted with `context=` (podman's rootfs overlay, runc's /dev tmpfs)
+    every file carries the mount's one label and setxattr fails with EOPNOTSUPP. That is
+    fine when the file already has `context`: None is returned. Otherwise the returned line
+    names the label the file has; the caller fails with it.
+    """
+    try:
+        set_label_at(dirfd, name, context)
+        return None
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+    have = get_label(securepath.fd_path(dirfd, name))
+    if have is not None and have.strip() == context.strip():
+        return None
+    return (
+        f"its file system (a context= mount) labels it {have or 'nothing'} and cannot be "
+        f"relabelled to {context}"
+    )
+
+
+def exec_in_current_domain() -> None:
+    """Make this process's next execve stay in its current SELinux domain (no transition).
+
+    The kernel takes /proc/thread-self/attr/exec over any type_transition rule, so an
+    executable with its own domain (ldconfig: ldconfig_exec_t -> ldconfig_t) runs in the
+    caller's domain: no domain transition under no_new_privs, hence no nnp_transition
+    denial. A no-op where SELinux is not enabled.
+    """
+    if not selinux_enabled():
+        return
+    with open("/proc/thread-self/attr/current", "rb") as current:
+        context = current.read().rstrip(b"\0\n")
+    fd = os.open("/proc/thread-self/attr/exec", os.O_WRONLY | os.O_CLOEXEC)  # no O_CREAT
+    try:
+        os.write(fd, context)
+    finally:
+        os.close(fd)
 
 
 def get_label(path: str, follow_symlinks: bool = False) -> str | None:
