@@ -52,6 +52,7 @@ def test_label_at_sets_where_the_file_system_allows(tmp_path):
     assert get_label(str(tmp_path / "f")) == LABEL
 
 
+@pytest.mark.root
 def test_label_at_on_a_refusing_file_system_says_which_label_it_has(tmp_path):
     """EOPNOTSUPP from the kernel (ramfs): no exception, a line naming the label it has."""
 
@@ -70,6 +71,7 @@ def test_label_at_on_a_refusing_file_system_says_which_label_it_has(tmp_path):
     _in_child(body)
 
 
+@pytest.mark.root
 def test_writer_on_a_refusing_file_system_fails_with_one_line_and_rolls_back(tmp_path):
     """The hook fails closed (OcihookError naming the container path) and removes what it
     created, instead of an uncaught OSError."""
@@ -89,6 +91,7 @@ def test_writer_on_a_refusing_file_system_fails_with_one_line_and_rolls_back(tmp
     _in_child(body)
 
 
+@pytest.mark.root
 def test_device_nodes_get_the_host_nodes_mode_whatever_the_umask(tmp_path):
     """mknod applies the umask; a non-root container user needs the host node's 0666."""
 
