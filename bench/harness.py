@@ -37,6 +37,7 @@ from tests.support.sandbox import (  # noqa: E402
 
 WORK = REPO / "build" / "bench"
 PROFILES = REPO / "packaging" / "profiles"
+ANNOTATION = "ocihook.io/devices"
 
 
 class Install:
