@@ -9,6 +9,8 @@ from ocihook.slots import Struct
 # Mount kinds; libraries and binaries must stay executable (ld.so maps libraries PROT_EXEC).
 EXECUTABLE_KINDS = ("library", "library32", "binary")
 LIBRARY_KINDS = ("library", "library32")
+# Mount.flags in words, for the plan text (tests/test_linux_facts.py checks they agree).
+FLAGS_LEGEND = "read-only unless [rw]; nosuid, nodev; noexec except libraries and binaries"
 # How a device node gets into the container: mknod (the container's /dev allows nodes), or a
 # bind mount of the host's node (a user namespace cannot mknod).
 NODE_STRATEGIES = ("mknod", "bind")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ocihook.plan import Plan
+from ocihook.plan import FLAGS_LEGEND, Plan
 
 WIDTH = 100
 _PLACEHOLDER_NOTE = "placeholder: the hook uses the image's own; --rootfs IMAGE_ROOT shows it"
@@ -71,7 +71,7 @@ def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
 def _mounts(plan: Plan) -> list[str]:
     lines = [
         f"mounts ({len(plan.mounts)}; container dir <- dir inside the source root):",
-        "  (read-only unless [rw]; nosuid, nodev; noexec except libraries and binaries)",
+        f"  ({FLAGS_LEGEND})",
     ]
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for m in plan.mounts:

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from ocihook import linux, mountinfo, securepath
+from ocihook import apply, linux, mountinfo, securepath
+from ocihook.plan import FLAGS_LEGEND, Mount
 
 
 def test_syscall_numbers_per_architecture():
@@ -50,3 +51,18 @@ def test_unescape_leaves_other_backslashes():
 def test_fd_path():
     assert securepath.fd_path(7) == "/proc/self/fd/7"
     assert securepath.fd_path(7, "x") == "/proc/self/fd/7/x"
+
+
+@pytest.mark.parametrize(
+    "kind", ["library", "library32", "binary", "firmware", "file", "socket", "directory"]
+)
+@pytest.mark.parametrize("writable", [False, True])
+def test_mount_flags_are_what_the_plan_text_says(kind, writable):
+    """plan.FLAGS_LEGEND (the plan text) and Mount.flags (what apply mounts) agree."""
+    flags = Mount("s", "/h/s", "/t", kind, writable).flags
+    assert ("rw" if writable else "ro") in flags and "read-only unless [rw]" in FLAGS_LEGEND
+    assert {"nosuid", "nodev"} <= set(flags) and "nosuid, nodev" in FLAGS_LEGEND
+    assert ("noexec" in flags) == (kind not in ("library", "library32", "binary"))
+    assert "noexec except libraries and binaries" in FLAGS_LEGEND
+    assert apply.new_api_attrs(flags) & linux.MOUNT_ATTR_NOSUID
+    assert bool(apply.classic_flags(flags) & linux.MS_RDONLY) is not writable
