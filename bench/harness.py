@@ -83,6 +83,12 @@ class Install:
             [str(self.python), "-I", "-m", "compileall", "-q", str(REPO / "ocihook")], check=True
         )
         podman.write_hook_executable(self.hook, str(self.python))
+        # The `ocihook` command (what the CDI spec's createContainer hooks run), installed alike.
+        self.cli = work / "ocihook"
+        self.cli.write_text(
+            f"#!{self.python} -I\nfrom ocihook.cli import main\n\nraise SystemExit(main())\n"
+        )
+        self.cli.chmod(0o755)
 
     def floor_cmd(self) -> list[str]:
         return [str(self.python), "-I", "-c", "pass"]
