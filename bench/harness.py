@@ -27,28 +27,17 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ocihook import linux  # noqa: E402
 from tests.support import images, podman, synthetic  # noqa: E402
+from tests.support.sandbox import (  # noqa: E402
+    CGROUP_V1_DEVICES,
+    RUNC_DEFAULT_RULES,
+    FakeRuntimeProcess,
+    overlay,
+)
 
 WORK = REPO / "build" / "bench"
 PROFILES = REPO / "packaging" / "profiles"
-CGROUP_V1_DEVICES = Path("/sys/fs/cgroup/devices")
-ANNOTATION = "ocihook.io/devices"
-# runc's default device rules (libcontainer/specconv AllowedDevices), written after "a" is denied.
-RUNC_DEFAULT_RULES = (
-    "c *:* m",
-    "b *:* m",
-    "c 1:3 rwm",
-    "c 1:5 rwm",
-    "c 1:7 rwm",
-    "c 1:8 rwm",
-    "c 1:9 rwm",
-    "c 5:0 rwm",
-    "c 5:1 rwm",
-    "c 5:2 rwm",
-    "c 136:* rwm",
-    "c 10:200 rwm",
-)
+ANNOTATION = podman.ANNOTATION
 
 
 class Install:
@@ -109,14 +98,7 @@ class Driver:
         shutil.rmtree(self.state_dir, ignore_errors=True)
         shutil.rmtree(self.cache_dir, ignore_errors=True)
         self.config = self.dir / "config.yaml"
-        config = {
-            "profile": "synthetic",
-            "profile_dirs": [str(PROFILES)],
-            "source_root": str(self.root),
-            "device_root": str(self.root),
-            "state_dir": str(self.state_dir),
-            "log": {"target": str(self.dir / "ocihook.log"), "debug": False},
-        }
+        config = synthetic.config(self.root, self.dir, debug=False)
         self.config.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
         self.libraries = sum(
             1 for p in (self.root / synthetic.MULTIARCH).iterdir() if not p.is_symlink()
@@ -199,14 +181,6 @@ def static_bundle(work: Path = WORK) -> Path:
     return bundle
 
 
-def _v1_write(cgroup: Path, name: str, line: str) -> None:
-    fd = os.open(cgroup / name, os.O_WRONLY)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
 class Sandbox:
     """One fresh fake container at runc's createRuntime point (see the module docstring)."""
 
@@ -228,69 +202,22 @@ class Sandbox:
         self.bundle = self.dir / "bundle"
         self.cgroups_path = f"/ocihook-bench/{self.id}"
         self.cgroup = CGROUP_V1_DEVICES / self.cgroups_path.lstrip("/")
-        self.cgroup.mkdir(parents=True)
-        _v1_write(self.cgroup, "devices.deny", "a")
-        for rule in RUNC_DEFAULT_RULES:
-            _v1_write(self.cgroup, "devices.allow", rule)
         self.annotations = annotations
         config = bundle_config(self.rootfs, annotations, self.cgroups_path)
         (self.bundle / "config.json").write_text(json.dumps(config))
-        self.pid = 0
-        self._start(image)
-
-    def _start(self, image: Path) -> None:
-        ready_r, ready_w = os.pipe()
-        hold_r, hold_w = os.pipe()
-        options = f"lowerdir={image},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}"
-        pid = os.fork()
-        if pid == 0:  # the "container": never returns
-            status = 1
-            try:
-                os.close(ready_r)
-                os.close(hold_w)
-                linux.unshare(linux.CLONE_NEWNS)
-                linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-                linux.mount("overlay", str(self.rootfs), "overlay", 0, options)
-                os.write(ready_w, b"ok")
-                os.close(ready_w)
-                os.read(hold_r, 1)  # until the sandbox is closed
-                status = 0
-            except BaseException as error:  # report to the parent, never return into it
-                try:
-                    os.write(ready_w, f"error: {error}".encode()[:500])
-                except OSError:
-                    pass
-            finally:
-                os._exit(status)
-        os.close(ready_w)
-        os.close(hold_r)
-        self.pid = pid
-        self._hold = hold_w
+        mount = overlay(image, self.dir / "upper", self.dir / "work", self.rootfs)
         try:
-            _v1_write(self.cgroup, "cgroup.procs", str(pid))
-            answer = os.read(ready_r, 512)
-        finally:
-            os.close(ready_r)
-        if answer != b"ok":
-            self.close()
-            raise RuntimeError(f"sandbox {self.id}: {answer.decode(errors='replace') or 'died'}")
+            self.process = FakeRuntimeProcess(self.cgroup, RUNC_DEFAULT_RULES, mounts=(mount,))
+        except RuntimeError as error:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise RuntimeError(f"sandbox {self.id}: {error}") from None
+        self.pid = self.process.pid
 
     def state(self) -> bytes:
         return state_json(self.id, self.pid, self.bundle, annotations=self.annotations)
 
     def close(self) -> None:
-        if self.pid:
-            os.close(self._hold)
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-        for _ in range(100):
-            try:
-                self.cgroup.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.01)
+        self.process.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Sandbox:

@@ -14,11 +14,11 @@ import errno
 import os
 import stat
 
-from ocihook import linux, securepath
+from ocihook import linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
 from ocihook.plan import DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 TYPE_CHECKING = False  # typing costs ~10 ms of imports at container start: annotations only
 if TYPE_CHECKING:
@@ -123,16 +123,15 @@ def _reopen_root(real_path: str, host_fd: int, what: str) -> int:
     """`real_path` opened again in the current (container) mount namespace, checked to be
     the same directory as `host_fd` (opened on the host before setns)."""
     try:
-        fd = securepath.open_dir(real_path)
+        return securepath.reopen_dir(real_path, host_fd)
+    except securepath.Changed:
+        raise OcihookError(
+            f"{what} {real_path}: differs in the container's mount namespace"
+        ) from None
     except OSError as error:
         raise OcihookError(
             f"{what} {real_path}: not visible in the container's mount namespace: {error.strerror}"
         ) from None
-    old, new = os.fstat(host_fd), os.fstat(fd)
-    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
-        os.close(fd)
-        raise OcihookError(f"{what} {real_path}: differs in the container's mount namespace")
-    return fd
 
 
 def open_sources(plan: Plan, real_path: str, host_fd: int) -> list[SourceTree]:
@@ -229,7 +228,7 @@ def enter_container(pid: int, rootfs: str) -> int:
         linux.setns(ns_fd, linux.CLONE_NEWNS)
     finally:
         os.close(ns_fd)
-    if not _is_mount_point(rootfs):
+    if not mountinfo.is_mount_point(rootfs):
         raise OcihookError(
             f"rootfs {rootfs} is not a mount point in the mount namespace of pid {pid}"
         )
@@ -242,28 +241,6 @@ def enter_container(pid: int, rootfs: str) -> int:
         os.close(root_fd)
         raise OcihookError(f"rootfs {rootfs} is the root of the mount namespace of pid {pid}")
     return root_fd
-
-
-def _is_mount_point(path: str) -> bool:
-    wanted = path.rstrip("/") or "/"
-    with open("/proc/self/mountinfo", "rb") as mountinfo:
-        for line in mountinfo:
-            fields = line.split(b" ", 5)
-            if len(fields) > 4 and _unescape(fields[4]) == wanted:
-                return True
-    return False
-
-
-def _unescape(field: bytes) -> str:
-    text = field.decode(errors="surrogateescape")
-    if "\\" not in text:
-        return text
-    return (
-        text.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-    )
 
 
 def detect_lib_dir(root_fd: int) -> str:
@@ -308,13 +285,7 @@ def _looks_like_lib_dir(fd: int) -> bool:
 def host_superblocks() -> frozenset[int]:
     """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace;
     read before entering the container."""
-    devices = set()
-    with open("/proc/self/mountinfo", "rb") as mountinfo:
-        for line in mountinfo:
-            fields = line.split(b" ", 3)
-            major, _, minor = fields[2].partition(b":")
-            devices.add(os.makedev(int(major), int(minor)))
-    return frozenset(devices)
+    return mountinfo.superblocks()
 
 
 class ContainerWriter:

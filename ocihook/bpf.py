@@ -14,13 +14,13 @@ import os
 import struct
 import sys
 
-from ocihook.struct import Struct
+from ocihook import linux
+from ocihook.slots import Struct
 
 Insn = tuple[int, int, int, int, int]
 Rule = tuple[str, int, int, str]
 
 # bpf(2) system call numbers by machine (uname -m).
-_SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
 
 # Commands.
 BPF_PROG_LOAD = 5
@@ -367,19 +367,13 @@ class _ProgInfo(ctypes.Structure):
     ]
 
 
-_libc = None
-
-
 def _bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     """Call bpf(2); raise BpfError naming `what` on failure."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    nr = _SYS_BPF.get(os.uname().machine)
-    if nr is None:
-        raise BpfError(_errno.ENOSYS, f"{what}: bpf(2) number unknown for {os.uname().machine}")
-    ret = _libc.syscall(
+    try:
+        nr = linux.syscall_number("bpf")
+    except OSError as error:
+        raise BpfError(error.errno, f"{what}: {error.strerror}") from None
+    ret = linux.libc.syscall(
         ctypes.c_long(nr), ctypes.c_int(cmd), ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr))
     )
     if ret < 0:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import errno
 import os
 
-from ocihook import bpf
+from ocihook import bpf, mountinfo
 from ocihook.errors import OcihookError
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
@@ -46,15 +46,6 @@ class CgroupTarget(Struct):
     path: str
 
 
-class _Mount(Struct):
-    __slots__ = ("point", "root", "dev", "fstype", "options")
-    point: str
-    root: str
-    dev: int
-    fstype: str
-    options: tuple[str, ...]
-
-
 def parse_rule(line: str) -> DeviceRule:
     """'c 10:237 rw' -> DeviceRule('c', 10, 237, 'rw'); '*' stands for any number."""
     try:
@@ -80,32 +71,9 @@ def _checked(rule: DeviceRule) -> DeviceRule:
 # Finding the container's cgroup
 
 
-def _unescape(field: str) -> str:
-    """Undo mountinfo's octal escapes (\\040 for a space)."""
-    if "\\" not in field:
-        return field
-    return field.encode().decode("unicode_escape").encode("latin-1").decode()
-
-
-def _cgroup_mounts(mountinfo: str) -> list[_Mount]:
+def _cgroup_mounts(text: str) -> list[mountinfo.Entry]:
     """The cgroup and cgroup2 mounts in a mountinfo text, in order."""
-    mounts = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
-            continue
-        major, minor = fields[2].split(":")
-        mounts.append(
-            _Mount(
-                point=_unescape(fields[4]),
-                root=_unescape(fields[3]),
-                dev=os.makedev(int(major), int(minor)),
-                fstype=tail[0],
-                options=tuple(tail[2].split(",")),
-            )
-        )
-    return mounts
+    return [e for e in mountinfo.parse(text) if e.fstype in ("cgroup", "cgroup2")]
 
 
 def _read(path: str, what: str) -> str:
@@ -178,7 +146,7 @@ def _same_cgroup(actual: str, expected: str) -> bool:
     return actual == expected or (expected != "/" and actual.endswith(expected))
 
 
-def _pick_mount(mounts: list[_Mount]) -> tuple[str, _Mount | None]:
+def _pick_mount(mounts: list[mountinfo.Entry]) -> tuple[str, mountinfo.Entry | None]:
     """("v1", devices mount) when the devices controller is on v1, else ("v2", cgroup2 mount)."""
     for m in mounts:
         if m.fstype == "cgroup" and "devices" in m.options:

@@ -23,7 +23,7 @@ import stat
 from ocihook import securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 MAX_NUMBER_DIGITS = 4
 

@@ -12,7 +12,7 @@ import stat
 from ocihook import ldsocache, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link, Mount, Plan, ld_dirs_for
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 # Where libraries go when no image is at hand (`ocihook plan` without --rootfs); the hook
 # always uses the container's own dirs.

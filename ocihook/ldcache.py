@@ -108,12 +108,10 @@ def _mask(root_fd: int, path: str) -> None:
 
 def _reopen_root(root_fd: int, rootfs: str) -> int:
     """The rootfs in our new mount namespace (fds from the old one cannot be mounted on)."""
-    fd = securepath.open_dir(rootfs)
-    old, new = os.fstat(root_fd), os.fstat(fd)
-    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
-        os.close(fd)
-        raise OcihookError(f"rootfs {rootfs} changed under the hook")
-    return fd
+    try:
+        return securepath.reopen_dir(rootfs, root_fd)
+    except securepath.Changed:
+        raise OcihookError(f"rootfs {rootfs} changed under the hook") from None
 
 
 def _child(

@@ -7,19 +7,36 @@ mount_setattr), classic mount/umount2, setns and unshare.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+# The one libc handle of the package (securepath and bpf use it too).
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+_libc = libc
+MACHINE = os.uname().machine
 
-_SYSCALLS = {
-    # name: (x86_64, aarch64)
-    "open_tree": (428, 428),
-    "move_mount": (429, 429),
-    "openat2": (437, 437),
-    "mount_setattr": (442, 442),
+# Syscall numbers per architecture. Since Linux 5.1 every architecture but alpha numbers new
+# calls (424 and up) alike; bpf is older and differs. An architecture not listed gets ENOSYS
+# with its name, never another architecture's numbers.
+_NEW = {"open_tree": 428, "move_mount": 429, "openat2": 437, "mount_setattr": 442}
+SYSCALLS = {
+    "x86_64": {**_NEW, "bpf": 321},
+    "aarch64": {**_NEW, "bpf": 280},
+    "ppc64le": {**_NEW, "bpf": 361},
+    "s390x": {**_NEW, "bpf": 351},
+    "riscv64": {**_NEW, "bpf": 280},
 }
-_ARCH_INDEX = 1 if os.uname().machine in ("aarch64", "arm64") else 0
+SYSCALLS["arm64"] = SYSCALLS["aarch64"]
+
+
+def syscall_number(name: str, machine: str = MACHINE) -> int:
+    """The number of syscall `name` on `machine`; OSError(ENOSYS) where it is not known."""
+    number = SYSCALLS.get(machine, {}).get(name)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"{name}: no syscall number known for {machine}")
+    return number
+
 
 # openat2 resolve flags
 RESOLVE_NO_XDEV = 0x01
@@ -78,7 +95,7 @@ def _check(result: int, what: str, path: str = "") -> int:
 
 
 def _syscall(name: str, *args: object) -> int:
-    return _libc.syscall(_SYSCALLS[name][_ARCH_INDEX], *args)
+    return _libc.syscall(syscall_number(name), *args)
 
 
 def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 # Mount kinds; libraries and binaries must stay executable (ld.so maps libraries PROT_EXEC).
 EXECUTABLE_KINDS = ("library", "library32", "binary")

@@ -10,7 +10,7 @@ from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 from __future__ import annotations
 
 from ocihook.errors import OcihookError
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 MAX_REQUEST_LENGTH = 1024
 MAX_INDEX = 4095

@@ -27,7 +27,7 @@ PROC_SUPER_MAGIC = 0x9FA0
 _O_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESOLVE = linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
 _have_openat2: bool | None = None
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = linux.libc
 
 
 def open_dir(path: str) -> int:
@@ -35,6 +35,21 @@ def open_dir(path: str) -> int:
     if not os.path.isabs(path):
         raise OSError(errno.EINVAL, "not an absolute path", path)
     return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+class Changed(OSError):
+    """A path no longer names the directory an fd was opened on."""
+
+
+def reopen_dir(path: str, like_fd: int) -> int:
+    """O_PATH fd of the absolute directory `path` opened again (e.g. in another mount
+    namespace), checked to be the same directory (dev, ino) as `like_fd`; else Changed."""
+    fd = open_dir(path)
+    old, new = os.fstat(like_fd), os.fstat(fd)
+    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+        os.close(fd)
+        raise Changed(f"{path}: not the directory opened before")
+    return fd
 
 
 def resolve(root_fd: int, path: str, follow_final: bool = True, flags: int = os.O_PATH) -> int:

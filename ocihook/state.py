@@ -12,7 +12,7 @@ import stat
 
 from ocihook import fastjson
 from ocihook.errors import OcihookError
-from ocihook.struct import Struct
+from ocihook.slots import Struct
 
 MAX_STATE_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 16 << 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,16 +108,8 @@ class HookSetup:
 
 
 def base_config(setup_dir: Path, synth_root: Path, **overrides) -> dict:
-    config = {
-        "profile": "synthetic",
-        "profile_dirs": [str(PROFILES)],
-        "source_root": str(synth_root),
-        "device_root": str(synth_root),
-        "state_dir": str(setup_dir / "state"),
-        "log": {"target": str(setup_dir / "ocihook.log"), "debug": True},
-    }
-    config.update(overrides)
-    return config
+    """The synthetic driver's config with state and log in `setup_dir` (synthetic.config)."""
+    return synthetic.config(synth_root, setup_dir, **overrides)
 
 
 @pytest.fixture
@@ -136,6 +129,38 @@ def hook_setup(tmp_path, hook_exe, synth_root) -> HookSetup:
     return setup
 
 
-def pytest_configure(config):
-    if os.geteuid() != 0:
-        raise pytest.UsageError("the tests need root (real mounts, namespaces, podman)")
+# Test tiers. A test needs root when it asks for one of these fixtures (they make device nodes,
+# mount, or import podman images) or carries the mark itself; the marks are registered in
+# pyproject.toml. `pytest -m "not root"` is the tier an ordinary user runs.
+ROOT_FIXTURES = frozenset(
+    {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel"}
+)
+PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel"})
+
+
+def _unmet(mark: str) -> str | None:
+    """Why a test with this mark cannot run here, or None when it can."""
+    if mark == "root" and os.geteuid() != 0:
+        return "needs root (device nodes, mounts, namespaces, cgroups)"
+    if mark == "podman" and shutil.which("podman") is None:
+        return "needs podman"
+    if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
+        return "needs a disposable VM (set OCIHOOK_VM=1 there)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark tests by the fixtures they use, then skip those whose need is not met here.
+
+    Runs first, so that `-m "not root"` deselects what the fixtures made root tests."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & ROOT_FIXTURES:
+            item.add_marker(pytest.mark.root)
+        if used & PODMAN_FIXTURES:
+            item.add_marker(pytest.mark.podman)
+        for mark in ("root", "podman", "vm"):
+            reason = item.get_closest_marker(mark) and _unmet(mark)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))

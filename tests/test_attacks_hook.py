@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support import hostile
+from tests.support.sandbox import FakeRuntimeProcess
 
 
 @pytest.fixture
@@ -56,31 +56,18 @@ def parked():
     """Start a `sleep` in its own devices cgroup, in a private mount namespace or in ours: a
     process that the cgroup checks accept but that is not a container. Its device list must
     not change."""
-    made: list[tuple[subprocess.Popen, Path, str]] = []
+    made: list[tuple[FakeRuntimeProcess, Path, str]] = []
 
     def start(private: bool = True) -> int:
         cgroup = V1_DEVICES / f"ocihook-attack-{uuid.uuid4().hex[:10]}"
-        cgroup.mkdir()
-        (cgroup / "devices.deny").write_text("a")
-        (cgroup / "devices.allow").write_text("c 1:3 rwm")
-        unshare = ["unshare", "-m", "--propagation", "private"] if private else []
-        proc = subprocess.Popen([*unshare, "sleep", "60"])
-        (cgroup / "cgroup.procs").write_text(str(proc.pid))
-        for _ in range(200):  # until unshare has exec'd sleep in the new namespace
-            if not private or os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink(
-                "/proc/self/ns/mnt"
-            ):
-                break
-            time.sleep(0.01)
-        made.append((proc, cgroup, (cgroup / "devices.list").read_text()))
-        return proc.pid
+        process = FakeRuntimeProcess(cgroup, ("c 1:3 rwm",), private=private)
+        made.append((process, cgroup, (cgroup / "devices.list").read_text()))
+        return process.pid
 
     yield start
-    for proc, cgroup, devices in made:
+    for process, cgroup, devices in made:
         assert (cgroup / "devices.list").read_text() == devices
-        proc.kill()
-        proc.wait()
-        cgroup.rmdir()
+        process.close()
 
 
 @pytest.fixture

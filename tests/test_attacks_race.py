@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from tests.conftest import base_config, mount_table
 from tests.support import hostile
+from tests.support.sandbox import FakeRuntimeProcess, bind_onto_itself
 
 ROUNDS = 30
 RENAME_EXCHANGE = 2
@@ -54,25 +54,9 @@ class Racer(threading.Thread):
             self.flips += 1
 
 
-def start_container(rootfs: Path, cgroup: Path) -> subprocess.Popen:
+def start_container(rootfs: Path, cgroup: Path) -> FakeRuntimeProcess:
     """A process in a new mount namespace with `rootfs` bind-mounted onto itself."""
-    proc = subprocess.Popen(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            f"mount --bind {rootfs} {rootfs} && echo ready && exec sleep 60",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == "ready"
-    (cgroup / "cgroup.procs").write_text(str(proc.pid))
-    return proc
+    return FakeRuntimeProcess(cgroup, mounts=(bind_onto_itself(rootfs),))
 
 
 @pytest.fixture
@@ -142,8 +126,7 @@ def test_swapped_symlink_never_leads_out_of_the_rootfs(
         finally:
             racer.stop.set()
             racer.join()
-            container.kill()
-            container.wait()
+            container.close()
         assert racer.flips > 0
         if result.returncode == 0:
             outcomes["injected"] += 1

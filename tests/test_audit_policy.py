@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ocihook.audit.cli import audit
@@ -91,6 +92,7 @@ def test_policy_verdicts_match_audit2why(tmp_path):
     _cross_check(POLICY, CASES, tmp_path, min_verdicts=4)
 
 
+@pytest.mark.root
 def test_linked_container_policy_verdicts_match_audit2why(tmp_path):
     report = _cross_check(build_linked_policy(), CONTAINER_CASES, tmp_path, min_verdicts=3)
     verdicts = [

@@ -231,10 +231,12 @@ def v1_cgroup(lab):
 # cgroup v2: the real work
 
 
+@pytest.mark.root
 def test_v2_runtime_program_denies_the_accelerator(v2_runtime):
     assert probe(v2_runtime, (LOOP, RW), ("/dev/null", RW), ("/dev/zero", RW)) == ["EPERM", 0, 0]
 
 
+@pytest.mark.root
 def test_v2_allow_rw(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
     edits = allow_devices(target, [ACCEL_RW])
@@ -250,12 +252,14 @@ def test_v2_allow_rw(v2_runtime):
     assert flags == bpf.BPF_F_ALLOW_MULTI and len(progs) == 1
 
 
+@pytest.mark.root
 def test_v2_allow_read_only(v2_runtime):
     allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_R])
     got = probe(v2_runtime, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
     assert got == [0, "EPERM", "EPERM", 0]
 
 
+@pytest.mark.root
 def test_v2_decoder_reads_back_rules(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
     before = describe_device_access(target)
@@ -272,6 +276,7 @@ def test_v2_decoder_reads_back_rules(v2_runtime):
     assert prog["name"] == "ocihook_dev"
 
 
+@pytest.mark.root
 def test_v2_revert_restores_runtime_program(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
     _, before = attached(v2_runtime)
@@ -284,6 +289,7 @@ def test_v2_revert_restores_runtime_program(v2_runtime):
     revert_device_edits(target, edits)  # nothing left to undo: no error
 
 
+@pytest.mark.root
 def test_v2_no_program_attached_is_an_error(v2_cgroup):
     with pytest.raises(OcihookError) as exc:
         allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
@@ -293,6 +299,7 @@ def test_v2_no_program_attached_is_an_error(v2_cgroup):
     )
 
 
+@pytest.mark.root
 def test_v2_every_attached_program_is_extended(v2_runtime):
     # systemd and runc may both attach one; access needs every program to allow.
     attach_program(v2_runtime, bpf.device_filter([(("c", 1, 3, "rwm"), True)]))
@@ -304,6 +311,7 @@ def test_v2_every_attached_program_is_extended(v2_runtime):
     assert all(d.rules[0] == (("c", 10, 237, "rw"), True) for _, d in progs)
 
 
+@pytest.mark.root
 def test_v2_single_program_mode(v2_cgroup):
     attach_program(v2_cgroup, bpf.device_filter(RUNTIME_RULES), flags=0)
     allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
@@ -312,6 +320,7 @@ def test_v2_single_program_mode(v2_cgroup):
     assert flags == 0 and len(progs) == 1
 
 
+@pytest.mark.root
 def test_v2_unreadable_program_is_left_alone(v2_cgroup):
     # A program that calls a helper (bpf_get_current_uid_gid) cannot be copied as is.
     insns = [
@@ -330,6 +339,7 @@ def test_v2_unreadable_program_is_left_alone(v2_cgroup):
     assert [i for i, _ in progs] == [prog_id]
 
 
+@pytest.mark.root
 def test_v2_failed_swap_keeps_old_program(v2_runtime):
     # The runtime replaced its program meanwhile: BPF_F_REPLACE refuses, nothing changes.
     from ocihook import cgroups
@@ -350,6 +360,7 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
     assert probe(v2_runtime, (LOOP, RW)) == ["EPERM"]
 
 
+@pytest.mark.root
 def test_v2_empty_rules_do_nothing(v2_cgroup):
     assert allow_devices(CgroupTarget("v2", v2_cgroup), []) == []
 
@@ -358,6 +369,7 @@ def test_v2_empty_rules_do_nothing(v2_cgroup):
 # cgroup v1
 
 
+@pytest.mark.root
 def test_v1_allow_rw(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
@@ -371,12 +383,14 @@ def test_v1_allow_rw(v1_cgroup):
         assert "c 10:237 rw" in f.read().splitlines()
 
 
+@pytest.mark.root
 def test_v1_allow_read_only(v1_cgroup):
     allow_devices(CgroupTarget("v1", v1_cgroup), [ACCEL_R])
     got = probe(v1_cgroup, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
     assert got == [0, "EPERM", "EPERM", 0]
 
 
+@pytest.mark.root
 def test_v1_revert(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     edits = allow_devices(target, [ACCEL_RW])
@@ -384,6 +398,7 @@ def test_v1_revert(v1_cgroup):
     assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
 
 
+@pytest.mark.root
 def test_v1_parent_denies_all_or_nothing(v1_cgroup):
     # A child cannot get more than its parent: the second rule fails, the first is undone.
     child = os.path.join(v1_cgroup, "inner")
@@ -402,6 +417,7 @@ def test_v1_parent_denies_all_or_nothing(v1_cgroup):
 # finding the container's cgroup
 
 
+@pytest.mark.root
 def test_find_v1_cgroupfs_forms(v1_cgroup, lab):
     s = lab.sleeper(v1_cgroup)
     want = CgroupTarget("v1", v1_cgroup)
@@ -417,6 +433,7 @@ def test_find_v1_cgroupfs_forms(v1_cgroup, lab):
     )
 
 
+@pytest.mark.root
 def test_find_systemd_form(lab):
     tag = uuid.uuid4().hex[:8]
     rel = f"ocihooktest.slice/ocihooktest-{tag}.slice/crio-c{tag}.scope"
@@ -458,6 +475,7 @@ def _find_without_v1_devices(pid):
     return [t.version, t.path]
 
 
+@pytest.mark.root
 def test_find_v2_when_devices_not_on_v1(v2_cgroup, v1_cgroup, lab):
     s = lab.sleeper(v1_cgroup, v2_cgroup)
     assert find_container_cgroup(s.pid) == CgroupTarget("v1", v1_cgroup)  # hybrid: v1
@@ -477,6 +495,7 @@ def _find_with_cgroup_dir_hidden(pid, parent, make_dir):
     return "no error"
 
 
+@pytest.mark.root
 def test_find_missing_or_foreign_dir(lab):
     inner = lab.mkdir(V1_ROOT, f"ocihook-test-{uuid.uuid4().hex[:12]}/x")
     parent = os.path.dirname(inner)
@@ -487,6 +506,7 @@ def test_find_missing_or_foreign_dir(lab):
     assert got == f"cgroup directory {inner} is not on the {V1_ROOT} cgroup mount"
 
 
+@pytest.mark.root
 def test_find_refuses_root_cgroup(lab):
     s = lab.sleeper(V1_ROOT)
     with pytest.raises(OcihookError) as exc:
@@ -536,6 +556,7 @@ def test_find_missing_pid():
         ("a--b.slice:p:x", "cgroupsPath slice 'a--b.slice' is not a valid systemd slice name"),
     ],
 )
+@pytest.mark.root
 def test_bad_cgroups_path(v1_cgroup, lab, cgroups_path, message):
     s = lab.sleeper(v1_cgroup)
     with pytest.raises(OcihookError) as exc:
@@ -577,6 +598,7 @@ def test_rules_are_checked():
     assert [e["rule"] for e in plan_device_edits(target, rules)] == ["c 10:237 rw", "c 10:237 r"]
 
 
+@pytest.mark.root
 def test_v1_describe(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     allow_devices(target, [ACCEL_RW])

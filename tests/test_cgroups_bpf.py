@@ -94,6 +94,7 @@ def test_format_rule():
     assert bpf.format_rule(("b", 8, -1, "rwm")) == "b 8:* rwm"
 
 
+@pytest.mark.root
 def test_kernel_verifier_error_is_one_line():
     with pytest.raises(bpf.BpfError) as exc:
         bpf.prog_load([(bpf.ALU32_MOV_K, 0, 0, 0, 0)])  # no exit

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import fake_hosts
+from tests.support import fake_hosts, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden"
@@ -26,13 +26,7 @@ def write_config(tmp_path: Path, tree: str, **extra) -> tuple[Path, Path]:
     profile, build = fake_hosts.TREES[tree]
     root = build(tmp_path / tree)
     config = tmp_path / f"{tree}.yaml"
-    settings = {
-        "profile": profile,
-        "profile_dirs": [str(REPO / "packaging/profiles")],
-        "source_root": str(root),
-        "device_root": str(root),
-        **extra,
-    }
+    settings = synthetic.config(root, **{"profile": profile, **extra})
     config.write_text(yaml.safe_dump(settings))
     return config, root
 
@@ -58,6 +52,7 @@ def indices(config: Path, devices: str = "all") -> dict[int, tuple[str, list[str
     }
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("tree", sorted(fake_hosts.TREES))
 def test_plan_matches_golden(tree, tmp_path):
     config, root = write_config(tmp_path, tree)
@@ -70,6 +65,7 @@ def test_plan_matches_golden(tree, tmp_path):
     assert text == golden.read_text()
 
 
+@pytest.mark.root
 def test_amd_server_bmc_card0_is_no_accelerator(tmp_path):
     """card0 (ASPEED BMC, driver ast) and the connectors (card1-DP-1) are not devices;
     the index follows PCI order (41 before c1) although c1 was probed first (card1)."""
@@ -88,6 +84,7 @@ def test_amd_server_bmc_card0_is_no_accelerator(tmp_path):
     }
 
 
+@pytest.mark.root
 def test_majors_are_read_from_the_nodes(tmp_path):
     """kfd's major is dynamic: the plan follows the node, not a table."""
     config, root = write_config(tmp_path, "amd-server")
@@ -110,6 +107,7 @@ def test_majors_are_read_from_the_nodes(tmp_path):
         ("0,card2", [0]),
     ],
 )
+@pytest.mark.root
 def test_select_by_pci_address_node_name_and_mixed(tmp_path, request_, expected):
     config, _ = write_config(tmp_path, "amd-server")
     assert sorted(indices(config, request_)) == expected
@@ -130,6 +128,7 @@ def test_select_by_pci_address_node_name_and_mixed(tmp_path, request_, expected)
         ("2", "ocihook: --devices: device index 2 does not exist (available: 0,1)"),
     ],
 )
+@pytest.mark.root
 def test_selection_errors_name_what_exists(tmp_path, request_, message):
     config, _ = write_config(tmp_path, "amd-server")
     result = plan(config, "--devices", request_)
@@ -137,6 +136,7 @@ def test_selection_errors_name_what_exists(tmp_path, request_, message):
     assert result.stderr.startswith(message), result.stderr
 
 
+@pytest.mark.root
 def test_gaudi_both_naming_schemes_same_indices(tmp_path):
     """Eight cards: index N is the same PCI device whichever node names the driver uses."""
     accel, _ = write_config(tmp_path, "gaudi-accel")
@@ -154,6 +154,7 @@ def test_gaudi_both_naming_schemes_same_indices(tmp_path):
     assert sorted(indices(accel, "accel_controlD5")) == sorted(indices(legacy, "hl5"))
 
 
+@pytest.mark.root
 def test_rdma_groups_ports_and_mad_nodes(tmp_path):
     config, _ = write_config(tmp_path, "rdma")
     assert indices(config) == {
@@ -165,6 +166,7 @@ def test_rdma_groups_ports_and_mad_nodes(tmp_path):
     assert paths == ["/dev/infiniband/uverbs2", "/dev/infiniband/rdma_cm"]
 
 
+@pytest.mark.root
 def test_intel_counts_i915_and_xe_not_amdgpu(tmp_path):
     config, _ = write_config(tmp_path, "intel")
     assert {i: a for i, (a, _) in indices(config).items()} == {
@@ -173,6 +175,7 @@ def test_intel_counts_i915_and_xe_not_amdgpu(tmp_path):
     }
 
 
+@pytest.mark.root
 def test_unbound_device_is_not_counted(tmp_path):
     """A GPU whose driver was unbound (no `driver` link) is no device of the profile."""
     config, root = write_config(tmp_path, "amd-server")
@@ -182,6 +185,7 @@ def test_unbound_device_is_not_counted(tmp_path):
     assert indices(config)[0][0] == "0000:c1:00.0"
 
 
+@pytest.mark.root
 def test_sysfs_links_resolve_inside_the_device_root(tmp_path):
     """An absolute class link is resolved in the device root, never on the host's /sys."""
     config, root = write_config(tmp_path, "amd-server")
@@ -192,6 +196,7 @@ def test_sysfs_links_resolve_inside_the_device_root(tmp_path):
     assert "/dev/dri/card1" in indices(config)[1][1]
 
 
+@pytest.mark.root
 def test_no_devices_of_the_kind_is_an_empty_list(tmp_path):
     config, _ = write_config(tmp_path, "rdma", profile="amd")
     result = plan(config, "--devices", "0")
@@ -220,6 +225,7 @@ def test_profile_schema_rejects_inconsistent_devices(tmp_path, devices, message)
     assert result.stderr.startswith("ocihook: config")
 
 
+@pytest.mark.root
 def test_devices_only_profile_needs_no_driver_files(tmp_path):
     """A profile with no libraries plans devices alone (ROCm, oneAPI, ... in the image)."""
     config, _ = write_config(tmp_path, "intel")
@@ -281,6 +287,7 @@ def _check(config: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.root
 def test_check_lists_each_device(tmp_path):
     config, _ = write_config(tmp_path, "amd-server")
     out = _check(config)
@@ -288,6 +295,7 @@ def test_check_lists_each_device(tmp_path):
     assert "ok      device 1: 0000:c1:00.0 amdgpu /dev/dri/card1 /dev/dri/renderD128\n" in out
 
 
+@pytest.mark.root
 def test_check_fails_when_the_profile_finds_no_device(tmp_path):
     """The amd server under the intel profile: its DRM devices are ast and amdgpu."""
     config, root = write_config(tmp_path, "amd-server", profile="intel")

@@ -230,6 +230,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.root
 def test_relabel_on_a_read_only_file_system_changes_nothing(tmp_path, mounted):
     tree = tmp_path / "driver"
     _tmpfs(tree, mounted, "1m")

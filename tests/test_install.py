@@ -22,6 +22,8 @@ import yaml
 
 from tests.support import podman
 
+pytestmark = pytest.mark.root
+
 REPO = Path(__file__).resolve().parent.parent
 SITELIB = "usr/lib/python3/dist-packages"  # Debian's, for PREFIX=/usr
 

@@ -46,6 +46,7 @@ def test_schema_check_is_real():
         kubernetes_validate.validate(wrong, SUPPORTED[0], strict=True)
 
 
+@pytest.mark.root
 def test_validation_runs_offline():
     """The schemas ship in the package: the CLI validates in a network namespace of its own."""
     cli = Path(sys.executable).with_name("kubernetes-validate")

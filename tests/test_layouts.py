@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import hosts
+from tests.support import hosts, synthetic
+
+pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/layouts"
@@ -28,16 +30,7 @@ def plan(
     root: Path, *args: str, tmp: Path, profile: str | dict = "nvidia"
 ) -> subprocess.CompletedProcess:
     config = tmp / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "profile": profile,
-                "profile_dirs": [str(REPO / "packaging/profiles")],
-                "source_root": str(root),
-                "device_root": str(root),
-            }
-        )
-    )
+    config.write_text(yaml.safe_dump(synthetic.config(root, profile=profile)))
     return subprocess.run(
         [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
         capture_output=True,

@@ -30,6 +30,7 @@ def test_host_cache_matches_ldconfig_p():
     assert [(k, v) for k, v, _ in entries] == _ldconfig_p()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("fmt", ["new", "old", "compat"])
 def test_ldconfig_of_a_driver_tree(fmt, tmp_path):
     """Real ELF libraries with sonames, cached by the host's ldconfig -r in each format."""

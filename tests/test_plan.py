@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import synthetic
+
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/plan-nvidia.json"
 NVIDIA_VERSION = "550.54.14"
@@ -95,19 +97,11 @@ def run_plan(config: Path, *args: str) -> subprocess.CompletedProcess:
 def nvidia_config(tmp_path) -> Path:
     root = nvidia_tree(tmp_path / "driver")
     config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "profile": "nvidia",
-                "profile_dirs": [str(REPO / "packaging/profiles")],
-                "source_root": str(root),
-                "device_root": str(root),
-            }
-        )
-    )
+    config.write_text(yaml.safe_dump(synthetic.config(root, profile="nvidia")))
     return config
 
 
+@pytest.mark.root
 def test_nvidia_plan_matches_golden(nvidia_config, tmp_path):
     result = run_plan(
         nvidia_config, "--json", "--devices", "all", "--lib-dir", "/usr/lib/x86_64-linux-gnu"
@@ -119,6 +113,7 @@ def test_nvidia_plan_matches_golden(nvidia_config, tmp_path):
     assert json.loads(text) == json.loads(GOLDEN.read_text())
 
 
+@pytest.mark.root
 def test_nvidia_plan_selects_one_gpu_and_keeps_control_nodes(nvidia_config):
     result = run_plan(nvidia_config, "--json", "--devices", "1")
     assert result.returncode == 0, result.stderr
@@ -131,6 +126,7 @@ def test_nvidia_plan_selects_one_gpu_and_keeps_control_nodes(nvidia_config):
     }
 
 
+@pytest.mark.root
 def test_plan_text_output_lists_everything(nvidia_config):
     result = run_plan(nvidia_config, "--devices", "0")
     assert result.returncode == 0, result.stderr
@@ -147,6 +143,7 @@ def test_plan_text_output_lists_everything(nvidia_config):
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
+@pytest.mark.root
 def test_plan_unknown_index_is_a_clear_error(nvidia_config):
     result = run_plan(nvidia_config, "--devices", "7")
     assert result.returncode == 1

@@ -25,6 +25,8 @@ import yaml
 
 from tests.support import podman
 
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
 REPO = Path(__file__).resolve().parent.parent
 VERSION = re.search(
     r'^__version__ = "([^"]+)"$', (REPO / "ocihook/__init__.py").read_text(), re.M

@@ -194,6 +194,7 @@ def _in_child(function) -> None:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+@pytest.mark.root
 def test_attach_verifies_and_rolls_back(tmp_path, mode):
     """A real bind mount through ContainerWriter in a private mount namespace: it lands on
     the in-root target (not on the host path a link names), dev/ino match, undo removes it."""

@@ -10,6 +10,8 @@ import pytest
 import selinux
 from tests.policy_build import linked_file_contexts
 
+pytestmark = pytest.mark.root
+
 CHR = stat.S_IFCHR | 0o666
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755

@@ -79,11 +79,13 @@ def test_make_builds_module_in_a_copy(tmp_path: Path) -> None:
     assert _artifacts(source) == before
 
 
+@pytest.mark.root
 def test_container_reads_maps_executes_shared_files(policy) -> None:
     perms = allowed(policy, "container_t", "container_ro_file_t", "file")
     assert FILE_USE <= perms
 
 
+@pytest.mark.root
 def test_container_cannot_change_shared_files(policy) -> None:
     everything_on = {str(b): True for b in policy.bools()}
     for bools in ({}, everything_on):
@@ -94,11 +96,13 @@ def test_container_cannot_change_shared_files(policy) -> None:
             assert not perms & forbidden, (tclass, perms & forbidden)
 
 
+@pytest.mark.root
 def test_container_uses_ocihook_devices(policy) -> None:
     assert DEVICE_USE <= allowed(policy, "container_t", "ocihook_device_t", "chr_file")
     assert not allowed(policy, "container_t", "ocihook_device_t", "blk_file")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("bools_on", [False, True])
 @pytest.mark.parametrize("target", ["fixed_disk_device_t", "memory_device_t"])
 @pytest.mark.parametrize("tclass", ["chr_file", "blk_file"])
@@ -107,16 +111,19 @@ def test_container_never_touches_disks_or_memory(policy, bools_on, target, tclas
     assert not allowed(policy, "container_t", target, tclass, bools) & ANY_IO
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("target", ["xserver_misc_device_t", "dri_device_t"])
 def test_vendor_devices_follow_the_tunable(policy, target) -> None:
     assert not allowed(policy, "container_t", target, "chr_file", {TUNABLE: False}) & DEVICE_USE
     assert DEVICE_USE <= allowed(policy, "container_t", target, "chr_file", {TUNABLE: True})
 
 
+@pytest.mark.root
 def test_tunable_is_off_by_default(policy) -> None:
     assert {str(b): b.state for b in policy.bools()}[TUNABLE] is False
 
 
+@pytest.mark.root
 def test_hsa_device_type_is_fedora_only(policy) -> None:
     """refpolicy has no hsa_device_t: the module's optional block for it is left out."""
     types = {str(t) for t in policy.types()}
@@ -124,6 +131,7 @@ def test_hsa_device_type_is_fedora_only(policy) -> None:
     assert {"xserver_misc_device_t", "dri_device_t", "ocihook_device_t"} <= types
 
 
+@pytest.mark.root
 def test_ocihook_device_is_a_device_node(policy) -> None:
     device = policy.lookup_type("ocihook_device_t")
     assert "device_node" in {str(a) for a in device.attributes()}
@@ -133,11 +141,13 @@ def test_ocihook_device_is_a_device_node(policy) -> None:
 CONTAINER_SELINUX_ALIASES = {"container_share_t", "docker_share_t"}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("type_", sorted(SHARED_READ_TYPES - CONTAINER_SELINUX_ALIASES))
 def test_shared_read_types_are_readable(policy, type_) -> None:
     assert {"open", "read", "map"} <= allowed(policy, "container_t", type_, "file")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("type_", ["user_home_t", "var_t", "tmp_t", "unlabeled_t", "device_t"])
 def test_other_types_are_not_readable(policy, type_) -> None:
     assert not {"open", "read"} <= allowed(policy, "container_t", type_, "file")

@@ -46,6 +46,7 @@ def tree(tmp_path: Path) -> dict[str, Path]:
     }
 
 
+@pytest.mark.root
 def test_relabel_sets_exact_contexts(tree) -> None:
     changes = relabel([str(tree["root"])])
     for path in tree["dirs"] + tree["files"] + tree["links"]:
@@ -61,6 +62,7 @@ def test_relabel_sets_exact_contexts(tree) -> None:
     assert relabel([str(tree["root"])]) == []  # idempotent
 
 
+@pytest.mark.root
 def test_dry_run_changes_nothing(tree) -> None:
     before = {p: get_label(str(p)) for p in tree["root"].rglob("*")}
     changes = relabel([str(tree["root"])], dry_run=True)
@@ -71,6 +73,7 @@ def test_dry_run_changes_nothing(tree) -> None:
     }
 
 
+@pytest.mark.root
 def test_device_type_option(tree) -> None:
     relabel([str(tree["root"])], device_type="xserver_misc_device_t")
     assert get_label(str(tree["devices"][0])) == "system_u:object_r:xserver_misc_device_t:s0"
@@ -78,6 +81,7 @@ def test_device_type_option(tree) -> None:
         relabel([str(tree["root"])], device_type="bad:type")
 
 
+@pytest.mark.root
 def test_symlinked_root_is_resolved_and_checked(tmp_path: Path, tree) -> None:
     link = tmp_path / "to-usr"
     link.symlink_to("/usr")
@@ -110,6 +114,7 @@ def test_single_device_node_under_dev() -> None:
     assert all(c.path == "/dev/loop-control" for c in changes)
 
 
+@pytest.mark.root
 def test_cli_dry_run_lists_changes(tree) -> None:
     result = CliRunner().invoke(selinux_cli, ["relabel", "--dry-run", str(tree["root"])])
     assert result.exit_code == 0, result.output

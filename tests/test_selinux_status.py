@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from ocihook.selinux.cli import selinux as selinux_cli
@@ -18,6 +19,7 @@ def test_mode_matches_the_kernel() -> None:
     assert selinux_mode() == "disabled"  # this machine and CI: no SELinux LSM
 
 
+@pytest.mark.root
 def test_status_text_says_selinux_is_off() -> None:
     result = CliRunner().invoke(selinux_cli, ["status"])
     assert result.exit_code == 0, result.output
@@ -27,6 +29,7 @@ def test_status_text_says_selinux_is_off() -> None:
         assert f"{name} = unknown" in result.output
 
 
+@pytest.mark.root
 def test_status_json_reports_mislabelled_source(tmp_path) -> None:
     tree = tmp_path / "driver"
     (tree / "lib").mkdir(parents=True)
@@ -53,6 +56,7 @@ def test_status_json_reports_mislabelled_source(tmp_path) -> None:
     )
 
 
+@pytest.mark.root
 def test_status_finds_device_nodes(tmp_path) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
@@ -64,6 +68,7 @@ def test_status_finds_device_nodes(tmp_path) -> None:
     assert status.mislabelled[0].expected.endswith(":ocihook_device_t:s0")
 
 
+@pytest.mark.root
 def test_status_finds_gaudi_nodes(tmp_path) -> None:
     """/dev/accel/* and /dev/hl* are the module's too (ocihook.fc); /dev/dri is not."""
     dev = tmp_path / "dev"

@@ -27,6 +27,8 @@ from tests.support import fake_hosts
 from tests.test_devices_plan import REPO, write_config
 from tests.test_selinux_policy import DEVICE_USE, TUNABLE, allowed
 
+pytestmark = pytest.mark.root
+
 CHR = stat.S_IFCHR | 0o666
 
 EXPECTED_TYPES = {

@@ -291,3 +291,10 @@ def explain_all(events: list[Event], matcher, policy: Policy | None = None) -> l
                 verdict = policy.analyze(avc.scontext, avc.tcontext, avc.tclass, avc.perms)
             findings.append(explain(event, avc, matcher(event, avc), verdict))
     return findings
+
+
+def _denied_why(ttype: str) -> str:
+    """Why a container was denied a file of type `ttype` that is no container type."""
+    if ttype in names.HOST_LIBRARY_TYPES:
+        return "the base policies let containers read but this host's policy did not"
+    return "containers may not read"

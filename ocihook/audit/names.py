@@ -1,19 +1,24 @@
-"""Names from the ocihook policy module and the container policies, kept in one place."""
+"""The SELinux names the audit reads: they live in ocihook/selinux/names.py (one home)."""
 
 from __future__ import annotations
 
-MODULE_NAME = "ocihook"
-MODULE_PACKAGE = "/usr/share/selinux/packages/ocihook.pp"
-DEVICE_TYPE = "ocihook_device_t"
-VENDOR_DEVICES_TUNABLE = "ocihook_use_vendor_devices"
-# Host device types that the tunable lets container domains use as they are.
-VENDOR_DEVICE_TYPES = frozenset({"xserver_misc_device_t", "dri_device_t", "hsa_device_t"})
-# The label `ocihook selinux relabel` gives shared driver files.
-SHARED_FILE_LABEL = "container_ro_file_t:s0"
-RELABEL_COMMAND = "ocihook selinux relabel"
-# File types every container domain may read (container-selinux and refpolicy).
-CONTAINER_READABLE_TYPES = frozenset(
-    {"container_ro_file_t", "container_file_t", "container_share_t", "svirt_sandbox_file_t"}
+from ocihook.selinux.names import (  # noqa: F401  (re-exported for the audit modules)
+    CONTAINER_FILE_TYPES,
+    CONTAINER_RO_TYPES,
+    DEVICE_CLASSES,
+    DEVICE_TYPE,
+    FILE_CLASSES,
+    HOST_LIBRARY_TYPES,
+    MODULE_NAME,
+    MODULE_PACKAGE,
+    RELABEL_COMMAND,
+    SHARED_FILE_LABEL,
+    VENDOR_DEVICE_TYPES,
+    VENDOR_DEVICES_TUNABLE,
 )
-FILE_CLASSES = frozenset({"file", "dir", "lnk_file", "sock_file", "fifo_file"})
-DEVICE_CLASSES = frozenset({"chr_file", "blk_file"})
+
+# A denied file of one of these types is labelled as `ocihook selinux relabel` labels driver
+# sources: the denial has another cause. Any other type (usr_t, var_lib_t, and also lib_t:
+# the base policies grant lib_t to containers, so a denial on it shows this host's policy
+# does not) is fixed by relabelling the source.
+CONTAINER_READABLE_TYPES = CONTAINER_RO_TYPES | CONTAINER_FILE_TYPES

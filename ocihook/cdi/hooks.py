@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ocihook import apply, ldcache, securepath
+from ocihook import apply, ldcache, mountinfo, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import Link
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
@@ -70,7 +70,7 @@ class _Rootfs:
         # st_dev of every file system mounted where we start: a directory on one of them,
         # other than the rootfs's own mount, is shared with the host (a volume, /dev, and
         # inside the container already, the CDI mounts); nothing is created there.
-        self.shared = apply.host_superblocks()
+        self.shared = mountinfo.superblocks()
         if self.joined:
             self.fd = apply.enter_container(container.pid, container.rootfs)
         else:
@@ -84,7 +84,7 @@ class _Rootfs:
             host_ns = None
         if host_ns is not None and host_ns == _mnt_ns("self"):
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
-        if not apply._is_mount_point(rootfs):
+        if not mountinfo.is_mount_point(rootfs):
             raise OcihookError(f"rootfs {rootfs} is not a mount point in this mount namespace")
         try:
             fd = securepath.open_dir(rootfs)

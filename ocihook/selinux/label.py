@@ -8,6 +8,9 @@ from __future__ import annotations
 import errno
 import os
 
+from ocihook import securepath
+from ocihook.selinux import names
+
 XATTR = "security.selinux"
 SELINUXFS = "/sys/fs/selinux"
 
@@ -20,7 +23,7 @@ def selinux_enabled() -> bool:
 def set_label_at(dirfd: int, name: str, context: str) -> None:
     """Label `name` in the directory `dirfd` without following a symlink at `name`."""
     os.setxattr(
-        f"/proc/self/fd/{dirfd}/{name}",
+        securepath.fd_path(dirfd, name),
         XATTR,
         context.encode() + b"\0",
         follow_symlinks=False,
@@ -81,28 +84,13 @@ def get_label(path: str, follow_symlinks: bool = False) -> str | None:
 # ---------------------------------------------------------------------------
 # Labels the module and the hook use, and checks on bind-mount sources.
 
-SHARED_FILE_TYPE = "container_ro_file_t"
-DEVICE_TYPE = "ocihook_device_t"
-SHARED_FILE_CONTEXT = f"system_u:object_r:{SHARED_FILE_TYPE}:s0"
-DEVICE_CONTEXT = f"system_u:object_r:{DEVICE_TYPE}:s0"
-
-# File types that every container domain may read, map and execute, in both
-# container-selinux (Fedora, RHEL) and refpolicy's container module (Debian):
-# container_ro_file_t by the container policies; lib_t, ld_so_t and textrel_shlib_t by
-# libs_use_shared_libs(domain) in both base policies. usr_t, bin_t and etc_t are readable
-# only under refpolicy, so they are not here. Aliases as the policies declare them.
-SHARED_READ_TYPES = frozenset(
-    {
-        "container_ro_file_t",
-        "container_share_t",
-        "docker_share_t",
-        "lib_t",
-        "ld_so_t",
-        "textrel_shlib_t",
-    }
-)
-# Read-write for every container, but only at s0 without categories.
-CONTAINER_FILE_TYPES = frozenset({"container_file_t", "svirt_lxc_file_t", "svirt_sandbox_file_t"})
+# The names live in ocihook/selinux/names.py; re-exported here for the label helpers' users.
+SHARED_FILE_TYPE = names.SHARED_FILE_TYPE
+DEVICE_TYPE = names.DEVICE_TYPE
+SHARED_FILE_CONTEXT = names.SHARED_FILE_CONTEXT
+DEVICE_CONTEXT = names.DEVICE_CONTEXT
+SHARED_READ_TYPES = names.SHARED_READ_TYPES
+CONTAINER_FILE_TYPES = names.CONTAINER_FILE_TYPES
 
 
 def split_context(context: str) -> tuple[str, str, str, str]:

@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from ocihook import securepath
 from ocihook.errors import OcihookError, describe
 from ocihook.selinux.label import (
     DEVICE_TYPE,
@@ -105,7 +106,7 @@ def kind_of(mode: int) -> str:
 
 def _read_label(dirfd: int, name: str) -> str | None:
     try:
-        raw = os.getxattr(f"/proc/self/fd/{dirfd}/{name}", XATTR, follow_symlinks=False)
+        raw = os.getxattr(securepath.fd_path(dirfd, name), XATTR, follow_symlinks=False)
     except OSError:
         return None
     return raw.rstrip(b"\0").decode(errors="replace") or None
@@ -161,7 +162,7 @@ def _setter() -> Callable[[int, str, str], None]:
         import selinux  # system bindings; only needed on SELinux hosts
 
         def set_with_libselinux(dirfd: int, name: str, context: str) -> None:
-            selinux.lsetfilecon(f"/proc/self/fd/{dirfd}/{name}", context)
+            selinux.lsetfilecon(securepath.fd_path(dirfd, name), context)
 
         return set_with_libselinux
     return set_label_at

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ocihook.errors import OcihookError
+from ocihook.selinux import names
 from ocihook.selinux.label import (
     DEVICE_CONTEXT,
     DEVICE_TYPE,
@@ -17,7 +18,7 @@ from ocihook.selinux.label import (
 )
 from ocihook.selinux.relabel import device_context, label_type, resolve, walk
 
-MODULE = "ocihook"
+MODULE = names.MODULE_NAME
 SELINUX_CONFIG = Path("/etc/selinux/config")
 STORE_ROOT = Path("/var/lib/selinux")
 # Device nodes that selinux/ocihook.fc labels.
@@ -27,8 +28,8 @@ DEVICE_RE = re.compile(
 ACCEL_DIR = "accel"  # every char node in /dev/accel is ocihook_device_t (ocihook.fc)
 # name -> what it does for ocihook (container-selinux and refpolicy spell them alike).
 BOOLEANS = {
-    "ocihook_use_vendor_devices": "containers may use vendor-typed nodes "
-    "(xserver_misc_device_t, dri_device_t, hsa_device_t); ocihook module",
+    names.VENDOR_DEVICES_TUNABLE: "containers may use vendor-typed nodes "
+    f"({', '.join(sorted(names.VENDOR_DEVICE_TYPES))}); ocihook module",
     "container_use_devices": "containers may use every device node (container-selinux)",
     "container_use_dri_devices": "containers may use /dev/dri nodes (container-selinux)",
 }

@@ -17,6 +17,7 @@ REPO = HERE.parent.parent
 BUILD = REPO / "build" / "synth-cache"
 VERSION = "1.2.3"
 MULTIARCH = "usr/lib/x86_64-linux-gnu"
+PROFILES = REPO / "packaging" / "profiles"
 
 # name -> (major, minor): real char devices that runc's default device rules deny.
 DEVICES = {"synth0": (10, 237), "synth1": (10, 235), "synth2": (10, 234)}
@@ -131,3 +132,25 @@ def build_driver(
     for name, (major, minor) in {**(devices or DEVICES), **(control or CONTROL)}.items():
         _mknod(devdir / name, major, minor)
     return root
+
+
+def config(
+    root: Path,
+    setup_dir: Path | None = None,
+    profile: str | dict = "synthetic",
+    debug: bool = True,
+    **overrides,
+) -> dict:
+    """The one hook config the tests and benchmarks start from: `profile` from the repo's
+    profiles, driver files and devices under `root`; with `setup_dir`, state and log there."""
+    settings: dict = {
+        "profile": profile,
+        "profile_dirs": [str(PROFILES)],
+        "source_root": str(root),
+        "device_root": str(root),
+    }
+    if setup_dir is not None:
+        settings["state_dir"] = str(setup_dir / "state")
+        settings["log"] = {"target": str(setup_dir / "ocihook.log"), "debug": debug}
+    settings.update(overrides)
+    return settings
