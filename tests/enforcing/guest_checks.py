@@ -90,8 +90,11 @@ AUDIT = Audit()
 RESULTS: list[dict] = []
 
 
-def check(name: str, denials_expected: bool = False):
-    """Run a check function; record ok/detail and the denials logged while it ran."""
+def check(name: str, denials_expected: bool = False, stand_in_denials: tuple[str, ...] = ()):
+    """Run a check function; record ok/detail and the denials logged while it ran.
+    `stand_in_denials`: kmod names of module_request denials that only a stand-in causes (a
+    fake device's major with no driver makes the kernel ask for a module); such records are
+    counted apart in the summary and kept in NAME.denials, never hidden."""
 
     def wrap(fn):
         def run(*args):
@@ -103,8 +106,14 @@ def check(name: str, denials_expected: bool = False):
                 ok, detail = False, f"{type(error).__name__}: {error}"
                 save(f"{name}.trace", traceback.format_exc())
             end = AUDIT.mark()
-            denials = Audit.denials(start, end)
-            save(f"{name}.denials", "\n".join(denials) + ("\n" if denials else ""))
+            logged = Audit.denials(start, end)
+            save(f"{name}.denials", "\n".join(logged) + ("\n" if logged else ""))
+            stand_in = [
+                d
+                for d in logged
+                if "{ module_request }" in d and any(p in d for p in stand_in_denials)
+            ]
+            denials = [d for d in logged if d not in stand_in]
             avc = sum(1 for d in denials if "type=AVC " in d or "type=USER_AVC " in d)
             err = len(denials) - avc
             if not denials_expected and denials:
@@ -118,6 +127,7 @@ def check(name: str, denials_expected: bool = False):
                     "avc": avc,
                     "selinux_err": err,
                     "denials_expected": denials_expected,
+                    "stand_in_denials": len(stand_in),
                     "seconds": round(time.monotonic() - began, 1),
                 }
             )
@@ -342,7 +352,20 @@ VENDOR_CASES = {
 ALLOWED_OPEN = ("ok", "No such device or address", "No such device")
 
 
-@check("vendor-devices")
+# The kernel asks to load a driver for a major no driver registered (the fake hosts' kfd,
+# accel, habanalabs, infiniband and misc 10:58 nodes): a container may not load modules, so
+# this AVC comes AFTER the file's SELinux checks passed, and a host whose driver is loaded
+# never logs it. Only these module requests are set apart, and only in this check.
+FAKE_MAJOR_MODULE_REQUEST = (
+    'kmod="char-major-511-',  # kfd (amd-server)
+    'kmod="char-major-261-',  # accel (gaudi)
+    'kmod="char-major-508-',  # habanalabs control (gaudi)
+    'kmod="char-major-231-',  # infiniband (rdma)
+    'kmod="char-major-10-58"',  # rdma_cm's misc minor (rdma)
+)
+
+
+@check("vendor-devices", stand_in_denials=FAKE_MAJOR_MODULE_REQUEST)
 def vendor_devices():
     """The amd, intel, habana and rdma profiles on fake hosts (stand-ins: sysfs trees and
     char nodes with the vendors' majors, no hardware). The hook mknods each node in the
@@ -502,6 +525,7 @@ def main() -> int:
         "avc": sum(r["avc"] for r in RESULTS if not r["denials_expected"]),
         "selinux_err": sum(r["selinux_err"] for r in RESULTS if not r["denials_expected"]),
         "expected_denials": sum(r["avc"] + r["selinux_err"] for r in expected),
+        "stand_in_denials": sum(r.get("stand_in_denials", 0) for r in RESULTS),
         "boot_denials": len(Audit.denials(0, boot_end)),
         "seconds": round(time.monotonic() - started),
         "kernel": os.uname().release,
