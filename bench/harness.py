@@ -37,7 +37,7 @@ from tests.support.sandbox import (  # noqa: E402
 
 WORK = REPO / "build" / "bench"
 PROFILES = REPO / "packaging" / "profiles"
-ANNOTATION = "ocihook.io/devices"
+ANNOTATION = podman.ANNOTATION
 
 
 class Install:
@@ -72,6 +72,12 @@ class Install:
             [str(self.python), "-I", "-m", "compileall", "-q", str(REPO / "ocihook")], check=True
         )
         podman.write_hook_executable(self.hook, str(self.python))
+        # The `ocihook` command (what the CDI spec's createContainer hooks run), installed alike.
+        self.cli = work / "ocihook"
+        self.cli.write_text(
+            f"#!{self.python} -I\nfrom ocihook.cli import main\n\nraise SystemExit(main())\n"
+        )
+        self.cli.chmod(0o755)
 
     def floor_cmd(self) -> list[str]:
         return [str(self.python), "-I", "-c", "pass"]

@@ -534,7 +534,10 @@ class ContainerWriter:
         onto, created empty if missing."""
         parent_fd, name = self._parent(path)
         try:
-            if not os.path.lexists(securepath.fd_path(parent_fd, name)):
+            # (a directory on the rootfs's own mount always passes: no lookup needed)
+            if parent_fd not in self._dirs_on_root and not os.path.lexists(
+                securepath.fd_path(parent_fd, name)
+            ):
                 self._may_create_in(parent_fd, path)
             try:
                 if kinds == (stat.S_ISDIR,):

@@ -326,7 +326,7 @@ def _libraries(
     unmatched: list[str],
 ) -> tuple[list[Mount], list[Link]]:
     mounts: dict[str, Mount] = {}
-    links: list[Link] = []
+    links: dict[tuple[str, str], Link] = {}  # by (target, points_to): linear, not n*n
     roots = finder.roots
     for entry in sorted(map(_entry, entries), key=lambda e: e["subdir"] is not None):
         pattern, subdir = entry["name"], entry["subdir"]
@@ -354,10 +354,10 @@ def _libraries(
             target_name = os.path.basename(candidate.real)
             _add_mount(mounts, roots, candidate.real, f"{target_dir}/{target_name}", kind)
             if candidate.is_link and candidate.name != target_name:
-                link = Link(f"{target_dir}/{candidate.name}", target_name)
-                if link not in links:
-                    links.append(link)
-    return list(mounts.values()), links
+                link_target = f"{target_dir}/{candidate.name}"
+                if (link_target, target_name) not in links:
+                    links[link_target, target_name] = Link(link_target, target_name)
+    return list(mounts.values()), list(links.values())
 
 
 def _add_mount(

@@ -1,4 +1,7 @@
-"""bench/run.py --quick runs end to end; every row and ratio is sane (no timing asserts)."""
+"""bench/run.py --quick runs end to end; every row and ratio is sane (no timing asserts).
+
+The CDI row is a stand-in for NVIDIA's CDI path (nvidia-ctk and nvidia-cdi-hook are not
+installable here): the spec `ocihook cdi generate` writes, started with podman --device."""
 
 from __future__ import annotations
 
@@ -13,8 +16,18 @@ pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
 
-ROWS = ("floor", "hook_none", "hook_full", "start_plain", "start_flags", "start_hook")
-RATIOS = ("hook_none/floor", "hook_full/floor", "start_hook/start_flags")
+ROWS = (
+    "floor",
+    "hook_none",
+    "hook_full",
+    "hook_poststop",
+    "start_plain",
+    "start_flags",
+    "start_cdi",
+    "start_hook",
+)
+RATIOS = ("hook_none/floor", "hook_full/floor", "start_hook/start_flags", "start_hook/start_cdi")
+ADDED = "(start_hook-start_plain)/(start_cdi-start_plain)"
 
 
 def test_quick_bench_writes_every_row(tmp_path):
@@ -42,13 +55,31 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert rows["hook_full"]["mounts"] >= 50 + 8 + 4
     assert rows["hook_full"]["devices"] == 11
     assert rows["hook_full"]["links"] >= 50
+    assert rows["hook_poststop"]["status"] == "exited"
+    # the CDI spec carries the same files (as mounts) and the links/ld cache hooks
+    assert rows["start_cdi"]["mounts"] == rows["hook_full"]["mounts"]
+    assert rows["start_cdi"]["hooks"] == 2
+    assert set(rows["start_cdi"]) >= {"kind", "shared_nodes"}
     for n in sizes:
         assert rows[f"scale_{n}"]["library_files"] == n
     ratios = data["ratios"]
     assert data["errors"] == {}
     scale = [key for key in ratios if key.startswith("scale_")]
-    assert set(ratios) == set(RATIOS) | set(scale) and len(scale) == 1
+    assert set(ratios) == set(RATIOS) | {ADDED} | set(scale) and len(scale) == 1
+    median = {name: row["median_ms"] for name, row in rows.items()}
+    added = (median["start_hook"] - median["start_plain"]) / (
+        median["start_cdi"] - median["start_plain"]
+    )
+    assert abs(ratios[ADDED]["value"] - added) < 1e-9
+    assert ratios[ADDED]["target"] == 0.8
+    assert ratios["hook_full/floor"]["target"] == 2.5
+    assert ratios["start_hook/start_flags"]["target"] == 1.1
+    assert ratios["start_hook/start_cdi"]["target"] == 0.9
+    assert "targets" in result.stdout and "CDI stand-in" in result.stdout
     for key, ratio in ratios.items():
+        if key == ADDED:
+            assert ratio["met"] == (ratio["value"] <= ratio["target"])
+            continue
         num, den = key.split("/")
         expected = rows[num]["median_ms"] / rows[den]["median_ms"]
         assert abs(ratio["value"] - expected) < 1e-9, key
