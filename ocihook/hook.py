@@ -10,6 +10,7 @@ cause) and exit status 1; exit status 2 ("ocihook: internal error: ...") is a bu
 
 from __future__ import annotations
 
+import errno
 import sys
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ocihook: {error}\n")
         return 1
     except OSError as error:  # the environment (EBADF: our own bug, below)
-        if error.errno == 9:
+        if error.errno == errno.EBADF:
             sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
             return 2
         sys.stderr.write(f"ocihook: {from_os_error(error)}\n")

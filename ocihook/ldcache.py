@@ -49,7 +49,7 @@ def open_ldconfig(path: str) -> int:
         raise OcihookError(f"ldconfig {path}: {error.strerror}") from None
     try:
         problem = _not_static_elf(fd)
-        if problem is None and not os.access(path, os.X_OK):
+        if problem is None and not os.fstat(fd).st_mode & 0o111:
             problem = f"not executable (mode {stat.S_IMODE(os.fstat(fd).st_mode):04o})"
     except OSError as error:
         problem = error.strerror

@@ -106,6 +106,12 @@ class HookSetup:
     def records(self) -> list[Path]:
         return sorted(self.state_dir.glob("*.json"))
 
+    def gate_always(self) -> None:
+        """Register the hook for every container (hooks.d `when.always`), as for env requests."""
+        podman.write_hooks_dir(
+            self.hooks_dir, self.hook, self.config, self.cache_dir, gate="always"
+        )
+
 
 def base_config(setup_dir: Path, synth_root: Path, **overrides) -> dict:
     """The synthetic driver's config with state and log in `setup_dir` (synthetic.config)."""

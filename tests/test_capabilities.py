@@ -7,7 +7,6 @@ import pytest
 from ocihook.errors import OcihookError
 from ocihook.request import parse_capabilities, requested_capabilities
 from tests.conftest import base_config
-from tests.support import podman
 
 NVIDIA = ["utility", "compute", "video", "graphics", "display", "ngx", "compat32"]
 
@@ -70,13 +69,7 @@ def test_image_env_asks_for_capabilities_when_enabled(hook_setup, image_busybox,
             ldconfig={"enabled": False},
         )
     )
-    podman.write_hooks_dir(
-        hook_setup.hooks_dir,
-        hook_setup.hook,
-        hook_setup.config,
-        hook_setup.cache_dir,
-        gate="always",
-    )
+    hook_setup.gate_always()
     result = hook_setup.run(
         image_busybox,
         ["/bin/sh", "-c", "ls /usr/bin/synth-smi"],

@@ -127,15 +127,7 @@ def test_amd_env_request_with_the_vendor_variable(vendor_host, hook_setup, image
     vendor_host(
         "amd-server", request={"env": True, "annotation": "ocihook.io/devices", "allow": []}
     )
-    from tests.support import podman
-
-    podman.write_hooks_dir(
-        hook_setup.hooks_dir,
-        hook_setup.hook,
-        hook_setup.config,
-        hook_setup.cache_dir,
-        gate="always",
-    )
+    hook_setup.gate_always()
     result = hook_setup.run(
         image_busybox,
         ["/bin/sh", "-c", _open_script(["/dev/dri/card1", "/dev/dri/renderD128", "/dev/kfd"])],

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import apply, linux, securepath
+from ocihook import apply, securepath
+from tests.support.sandbox import in_private_mount_ns
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -176,24 +177,6 @@ def test_open_dir_refuses_relative_and_symlink(tree):
         securepath.open_dir(str(tree["root"] / "abs"))
 
 
-def _in_child(function) -> None:
-    """Run `function` in a forked child in a private mount namespace; fail on its failure."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            linux.unshare(linux.CLONE_NEWNS)
-            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-            function()
-            code = 0
-        except BaseException as error:  # report to the parent through the exit status
-            os.write(2, f"child: {type(error).__name__}: {error}\n".encode())
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
-
 @pytest.mark.root
 def test_attach_verifies_and_rolls_back(tmp_path, mode):
     """A real bind mount through ContainerWriter in a private mount namespace: it lands on
@@ -233,5 +216,5 @@ def test_attach_verifies_and_rolls_back(tmp_path, mode):
         assert not inside.exists(), "rollback removed the mount point it created"
         assert source.joinpath("libx.so.1").read_text() == "driver"
 
-    _in_child(body)
+    in_private_mount_ns(body)
     assert os.listdir(canary) == []

@@ -20,26 +20,9 @@ from ocihook import apply, linux, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link
 from ocihook.selinux.label import get_label, label_at
+from tests.support.sandbox import in_private_mount_ns
 
 LABEL = "system_u:object_r:container_file_t:s0:c1,c2"
-
-
-def _in_child(function) -> None:
-    """Run `function` in a forked child in a private mount namespace; fail on its failure."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            linux.unshare(linux.CLONE_NEWNS)
-            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-            function()
-            code = 0
-        except BaseException as error:  # report to the parent through the exit status
-            os.write(2, f"child: {type(error).__name__}: {error}\n".encode())
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_label_at_sets_where_the_file_system_allows(tmp_path):
@@ -68,7 +51,7 @@ def test_label_at_on_a_refusing_file_system_says_which_label_it_has(tmp_path):
         assert "context= mount" in problem and "labels it nothing" in problem, problem
         assert LABEL in problem
 
-    _in_child(body)
+    in_private_mount_ns(body)
 
 
 @pytest.mark.root
@@ -88,7 +71,7 @@ def test_writer_on_a_refusing_file_system_fails_with_one_line_and_rolls_back(tmp
         writer.rollback()
         assert not os.path.lexists(tmp_path / "usr/lib64/libsynth.so.1")
 
-    _in_child(body)
+    in_private_mount_ns(body)
 
 
 @pytest.mark.root
@@ -109,4 +92,4 @@ def test_device_nodes_get_the_host_nodes_mode_whatever_the_umask(tmp_path):
         st = os.stat(tmp_path / "dev/synth0")
         assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
 
-    _in_child(body)
+    in_private_mount_ns(body)

@@ -26,23 +26,16 @@ SRC = Path(sys.argv[1]).resolve()
 OUT = Path(sys.argv[2]).resolve()
 sys.path.insert(0, str(SRC))
 
-from tests.support import fake_hosts, images, synthetic  # noqa: E402
+from tests.support import fake_hosts, images, podman, synthetic  # noqa: E402
 
 AUDIT_LOG = Path("/var/log/audit/audit.log")
 DRIVER = Path("/srv/synth-driver")
 CONFIG = Path("/etc/ocihook/config.yaml")
 IMAGE_NAME = "ocihook-enforcing"
-ANNOTATION = "ocihook.io/devices"
+ANNOTATION = podman.ANNOTATION
 SHARED = "system_u:object_r:container_ro_file_t:s0"
 BROKEN_TYPE = "user_home_t"
-RUN_FLAGS = [
-    "--network",
-    "none",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
-]
+RUN_FLAGS = podman.LIMITS
 DENIAL_TYPES = ("AVC", "USER_AVC", "SELINUX_ERR", "USER_SELINUX_ERR")
 
 

@@ -9,15 +9,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent.parent
 
 BASE = ["podman", "--runtime", "runc"]
-RUN_FLAGS = [
-    "--rm",
-    "--network",
-    "none",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
-]
+# No network; ulimits within this machine's hard limit (podman's defaults exceed it).
+LIMITS = ["--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+RUN_FLAGS = ["--rm", *LIMITS]
 ANNOTATION = "ocihook.io/devices"
 
 

@@ -151,3 +151,21 @@ class FakeRuntimeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def in_private_mount_ns(function) -> None:
+    """Run `function` in a forked child in a private mount namespace; fail on its failure."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            linux.unshare(linux.CLONE_NEWNS)
+            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+            function()
+            code = 0
+        except BaseException as error:  # report to the parent through the exit status
+            os.write(2, f"child: {type(error).__name__}: {error}\n".encode())
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
