@@ -48,9 +48,8 @@ install:
 	printf '#!%s -I\nimport sys\nfrom ocihook.cli import main\nsys.exit(main())\n' "$(HOOK_PYTHON)" \
 		> "$(DESTDIR)$(BINDIR)/ocihook"
 	chmod 0755 "$(DESTDIR)$(BINDIR)/ocihook"
-	sed '1s|^#!/usr/bin/python3|#!$(HOOK_PYTHON)|' packaging/ocihook-hook \
-		> "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
-	chmod 0755 "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
+	$(HOOK_PYTHON) -I packaging/hook_executable.py --python "$(HOOK_PYTHON)" \
+		--package-dir "$(PYTHON_SITEDIR)" "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
 	install -d -m 0755 "$(DESTDIR)$(HOOKSDIR)" "$(DESTDIR)$(DATADIR)/ocihook/examples"
 	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
 		hooks.d/ocihook.json > "$(DESTDIR)$(HOOKSDIR)/ocihook.json"

@@ -197,4 +197,4 @@ def test_hooks_d_passes_an_explicit_env_and_python_runs_isolated():
         assert set(names) <= {"PATH", "LANG"}, (path, names)
         assert hook["path"].startswith("/usr/")
     shebang = (repo / "packaging/ocihook-hook").read_text().splitlines()[0]
-    assert shebang.startswith("#!/") and shebang.split()[-1] == "-I"
+    assert shebang.startswith("#!/") and shebang.split()[-1] == "-IS"

@@ -69,7 +69,10 @@ def test_install_lays_out_the_readme_table(staged):
     assert stat.S_IMODE((staged / "run/ocihook").stat().st_mode) == 0o700
     assert (staged / "etc/ocihook/profiles").is_dir()
     hook = (staged / "usr/libexec/ocihook/ocihook-hook").read_text()
-    assert hook.startswith("#!/usr/bin/python3 -I\n")
+    assert hook.startswith("#!/usr/bin/python3 -IS\n")
+    # no `site` at run time: the package's dir first, then the interpreter's site dirs
+    site_dirs = next(line for line in hook.splitlines() if line.startswith("SITE_DIRS"))
+    assert site_dirs.startswith(f"SITE_DIRS: list[str] = ['/{SITELIB}', "), site_dirs
     assert (staged / "etc/ocihook/config.yaml").read_text() == (
         REPO / "packaging/config.yaml"
     ).read_text()

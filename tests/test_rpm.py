@@ -267,7 +267,7 @@ def test_installed_files(installed):
     assert (
         (root / "usr/libexec/ocihook/ocihook-hook")
         .read_text()
-        .startswith("#!/usr/bin/python3 -I\n")
+        .startswith("#!/usr/bin/python3 -IS\n")
     )
     assert os.access(root / "usr/libexec/ocihook/ocihook-hook", os.X_OK)
     assert (root / "etc/ocihook/config.yaml").read_text() == (

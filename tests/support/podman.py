@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -65,8 +66,11 @@ def remove(name: str) -> None:
 
 
 def write_hook_executable(path: Path, python: str) -> Path:
-    """packaging/ocihook-hook as installed, with `python` (run with -I) in its shebang."""
-    body = (REPO / "packaging/ocihook-hook").read_text().split("\n", 1)[1]
-    path.write_text(f"#!{python} -I\n{body}")
-    path.chmod(0o755)
+    """packaging/ocihook-hook as installed (packaging/hook_executable.py) for `python`, which
+    runs it with -IS: this checkout's package first on its sys.path, then `python`'s site dirs."""
+    subprocess.run(
+        [sys.executable, str(REPO / "packaging/hook_executable.py"), str(path)]
+        + ["--python", python, "--package-dir", str(REPO)],
+        check=True,
+    )
     return path
