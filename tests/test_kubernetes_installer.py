@@ -105,7 +105,7 @@ def test_install_upgrade_uninstall_idempotent_and_clean(node):
     assert "FAILED" not in out, out  # `ocihook check` on the host passes
     root = node.root
     hook = root / "opt/ocihook/bin/ocihook-hook"
-    assert hook.read_text().startswith("#!/usr/bin/python3 -I\n")
+    assert hook.read_text().startswith("#!/usr/bin/python3 -IS\n")
     registration = json.loads((root / "etc/containers/oci/hooks.d/ocihook.json").read_text())
     # /opt is a link to var/opt on this node: the registration names the real place.
     assert registration["hook"]["path"] == "/var/opt/ocihook/bin/ocihook-hook"
