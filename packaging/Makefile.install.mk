@@ -12,7 +12,7 @@
 # "externally managed" marker (which guards pip) is neither triggered nor overridden: no
 # pip metadata is written and pip does not manage these files; `make uninstall` removes them.
 # The dependencies come from the distribution (Debian: apt-get install python3-click
-# python3-yaml python3-jsonschema python3-prctl python3-selinux); `make install` says which
+# python3-yaml python3-jsonschema python3-selinux); `make install` says which
 # are missing. The SELinux module is built and installed as a file; it is loaded
 # (semodule -i) only when SELinux is enabled and DESTDIR is empty, else the step is printed.
 
@@ -31,7 +31,7 @@ PYTHON_SITEDIR ?= $(shell $(HOOK_PYTHON) -c "import sysconfig as s; n = s.get_sc
 	scheme = 'deb_system' if p == '/usr' and 'deb_system' in n else 'posix_local' if p == '/usr/local' and 'posix_local' in n else 'posix_prefix'; \
 	base = '/usr' if scheme == 'posix_local' else p; \
 	print(s.get_path('purelib', scheme, vars={'base': base, 'platbase': base}))")
-INSTALL_DEPS := click yaml jsonschema prctl
+INSTALL_DEPS := click yaml jsonschema
 # The module is built in a copy (build/selinux): the checkout stays clean.
 SELINUX_PP := build/selinux/ocihook.pp
 
@@ -87,7 +87,7 @@ install-check:
 	@missing=""; for m in $(INSTALL_DEPS); do \
 		$(HOOK_PYTHON) -I -c "import $$m" 2>/dev/null || missing="$$missing $$m"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "install: $(HOOK_PYTHON) lacks:$$missing; on Debian: apt-get install python3-click python3-yaml python3-jsonschema python3-prctl python3-selinux" >&2; \
+		echo "install: $(HOOK_PYTHON) lacks:$$missing; on Debian: apt-get install python3-click python3-yaml python3-jsonschema python3-selinux" >&2; \
 	fi
 	@if [ -f "$(DATADIR)/selinux/packages/ocihook.pp" ]; then \
 		if command -v selinuxenabled >/dev/null 2>&1 && selinuxenabled; then \

@@ -6,8 +6,8 @@ set -eu
 PKGS="podman runc busybox-static gcc make libc6-dev
 selinux-policy-default selinux-policy-dev selinux-policy-src checkpolicy semodule-utils
 policycoreutils setools python3-selinux python3-setools python3-sepolgen python3-venv
-python3-dev libcap-dev rpm rpmlint zstd attr cpio
-python3-click python3-yaml python3-jsonschema python3-prctl python3-pip python3-setuptools python3-wheel
+python3-dev rpm rpmlint zstd attr cpio
+python3-click python3-yaml python3-jsonschema python3-pip python3-setuptools python3-wheel
 qemu-system-x86 mmdebstrap e2fsprogs git"
 # shellcheck disable=SC2086
 if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \

@@ -48,7 +48,6 @@ MAIN_REQUIRES = {
     "python3-pyyaml",
     "python3-jsonschema",
     "python3-libselinux",
-    "python3-prctl",
 }
 
 

@@ -11,7 +11,7 @@ OUT=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 PKGS="linux-image-amd64 systemd-sysv udev kmod selinux-basics selinux-policy-default auditd
 policycoreutils podman runc conmon busybox-static python3 python3-click python3-yaml
-python3-jsonschema python3-prctl python3-selinux python3-setools python3-sepolgen python3-pip
+python3-jsonschema python3-selinux python3-setools python3-sepolgen python3-pip
 python3-setuptools python3-wheel selinux-policy-dev selinux-policy-src checkpolicy semodule-utils gcc
 libc6-dev make zstd attr"
 

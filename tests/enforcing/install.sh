@@ -2,7 +2,7 @@
 # The README's install ("Installing on a host"), as a user on a Debian host runs it:
 #   install.sh SRC
 # The Python dependencies are Debian packages in the image (python3-click python3-yaml
-# python3-jsonschema python3-prctl python3-selinux); `make install` copies ocihook, the hook,
+# python3-jsonschema python3-selinux); `make install` copies ocihook, the hook,
 # hooks.d, config, profiles and the policy module, and loads the module (SELinux is enabled).
 set -eu
 cd "$1"

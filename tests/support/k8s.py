@@ -26,8 +26,6 @@ DEPENDENCIES = (
     "attrs",
     "pyrsistent",
     "_pyrsistent_version.py",
-    "prctl.py",
-    "_prctl.cpython-311-x86_64-linux-gnu.so",
 )
 PYTHON = "/usr/bin/python3.11"
 PYTHON_LIBS = (
@@ -36,7 +34,6 @@ PYTHON_LIBS = (
     "/lib/x86_64-linux-gnu/libexpat.so.1",
     "/lib/x86_64-linux-gnu/libc.so.6",
     "/lib/x86_64-linux-gnu/libffi.so.8",
-    "/lib/x86_64-linux-gnu/libcap.so.2",  # python-prctl's
 )
 
 
