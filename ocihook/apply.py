@@ -530,8 +530,9 @@ class ContainerWriter:
 
     # -- mounts ----------------------------------------------------------
     def _mountpoint(self, path: str, kinds: tuple[Callable[[int], bool], ...]) -> int:
-        """O_PATH fd of a file (or, for a directory mount, a directory) at `path` to mount
-        onto, created empty if missing."""
+        """An fd of a file (or, for a directory mount, a directory) at `path` to mount onto,
+        created empty if missing: the created file's own fd (a regular file, which every
+        non-directory mount accepts), else an O_PATH fd of what the image has there."""
         parent_fd, name = self._parent(path)
         try:
             # (a directory on the rootfs's own mount always passes: no lookup needed)
@@ -539,20 +540,26 @@ class ContainerWriter:
                 securepath.fd_path(parent_fd, name)
             ):
                 self._may_create_in(parent_fd, path)
+            created = -1
             try:
                 if kinds == (stat.S_ISDIR,):
                     os.mkdir(name, 0o755, dir_fd=parent_fd)
                 else:
-                    fd = os.open(
+                    created = os.open(
                         name,
                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                         0o644,
                         dir_fd=parent_fd,
                     )
-                    os.close(fd)
                 self._created(path, parent_fd)
             except FileExistsError:
                 pass
+            except BaseException:
+                if created >= 0:
+                    os.close(created)
+                raise
+            if created >= 0:
+                return created
             target = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
         except OSError as error:
             raise OcihookError(f"container {path}: {error.strerror}") from None
