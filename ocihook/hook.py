@@ -15,8 +15,11 @@ import sys
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, from_os_error
-from ocihook.request import DeviceRequest, requested_devices
 from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
+
+TYPE_CHECKING = False  # typing costs milliseconds of imports at container start: annotations only
+if TYPE_CHECKING:
+    from ocihook.request import DeviceRequest
 
 USAGE = "usage: ocihook-hook [--config PATH] [--cache-dir DIR]  (OCI state JSON on stdin)"
 
@@ -95,10 +98,13 @@ def _may_ask(state: dict, config: dict) -> bool:
 
 
 def container_request(container: Container, config: dict) -> DeviceRequest:
-    """The devices the container asks for, checked against the config's allow-list."""
+    """The devices the container asks for, checked against the config's allow-list (request.py
+    is imported here: the poststop and no-request paths never need it)."""
     settings = config["request"]
     prefix = config["profile"]["env_prefix"]
     env_key = f"{prefix}_VISIBLE_DEVICES" if settings["env"] and prefix else None
+    from ocihook.request import requested_devices
+
     request = requested_devices(
         container.annotations, container.env, settings["annotation"], env_key
     )
