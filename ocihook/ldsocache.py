@@ -230,28 +230,28 @@ def _cstring(data: bytes, offset: int) -> bytes:
     return text
 
 
+_DIGITS_TO_NUL = bytes.maketrans(b"0123456789", bytes(10))
+
+
 def libcmp_key(name: bytes) -> tuple:
-    """A key that orders names as glibc's `_dl_cache_libcmp` (ASCII names): runs of digits
-    compare as numbers and after any other character, other characters by value, the end
-    of the name as a character of value 0."""
-    key = []
-    i, n = 0, len(name)
-    while i < n:
-        c = name[i]
-        if 48 <= c <= 57:
-            j = i
-            while j < n and 48 <= name[j] <= 57:
-                j += 1
-            value = int(name[i:j])
-            if value >= _MAX_DIGITS:
-                raise NotExact(f"digit run {name[i:j].decode()} past a C int")
-            key.append((2, value))
-            i = j
-        else:
-            key.append((1, c))
-            i += 1
-    key.append((1, 0))
-    return tuple(key)
+    """A key that orders ASCII names as glibc's `_dl_cache_libcmp`: runs of digits compare
+    as numbers and above any other character, other characters by value, the end of the
+    name as a character of value 0. Each run of other characters becomes one bytes item
+    ending in b"\\xff" (a digit run follows) or b"\\0" (the name ends), each digit run an int."""
+    marked = name.translate(_DIGITS_TO_NUL)  # digits -> NUL (a name holds no NUL)
+    key: list = []
+    pos = 0
+    while True:
+        digit = marked.find(0, pos)
+        if digit < 0:
+            key.append(name[pos:] + b"\0")
+            return tuple(key)
+        key.append(name[pos:digit] + b"\xff")
+        pos = len(marked) - len(marked[digit:].lstrip(b"\0"))
+        value = int(name[digit:pos])
+        if value >= _MAX_DIGITS:
+            raise NotExact(f"digit run {name[digit:pos].decode()} past a C int")
+        key.append(value)
 
 
 def sort_entries(entries: list[FullEntry]) -> list[FullEntry]:

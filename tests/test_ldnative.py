@@ -173,6 +173,52 @@ def test_sort_is_glibcs_order():
     assert [e[1] for e in ldsocache.sort_entries(same)] == [b"/2", b"/3", b"/1"]
 
 
+def _libcmp(a: bytes, b: bytes) -> int:
+    """glibc's _dl_cache_libcmp, character by character as the C code walks (ASCII)."""
+    i = j = 0
+    while i < len(a):
+        if a[i : i + 1].isdigit():
+            if j < len(b) and b[j : j + 1].isdigit():
+                start = i
+                while i < len(a) and a[i : i + 1].isdigit():
+                    i += 1
+                va = int(a[start:i])
+                start = j
+                while j < len(b) and b[j : j + 1].isdigit():
+                    j += 1
+                vb = int(b[start:j])
+                if va != vb:
+                    return va - vb
+            else:
+                return 1
+        elif j < len(b) and b[j : j + 1].isdigit():
+            return -1
+        elif j >= len(b) or a[i] != b[j]:
+            return a[i] - (b[j] if j < len(b) else 0)
+        else:
+            i += 1
+            j += 1
+    return 0 - (b[j] if j < len(b) else 0)
+
+
+def test_sort_key_agrees_with_libcmp_on_random_names():
+    import functools
+    import random
+
+    rng = random.Random(15)
+    alphabet = b"ab.-_A0123456789"
+    names = {bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) for _ in range(3000)}
+    names = sorted(names)
+    by_key = sorted(names, key=ldsocache.libcmp_key)
+    by_cmp = sorted(names, key=functools.cmp_to_key(_libcmp))
+    assert by_key == by_cmp
+    for a, b in zip(by_key, by_key[1:]):
+        sign = (_libcmp(a, b) > 0) - (_libcmp(a, b) < 0)
+        assert sign == (ldsocache.libcmp_key(a) > ldsocache.libcmp_key(b)) - (
+            ldsocache.libcmp_key(a) < ldsocache.libcmp_key(b)
+        )
+
+
 def test_an_image_entry_with_our_path_is_replaced():
     image = [(b"libq.so.1", b"/opt/a/libq.so.1", 0x0003, 0), (b"libz.so.1", b"/z", 0x0303, 0)]
     ours = [(b"libq.so.1", b"/opt/a/libq.so.1", 0x0303, 0)]
