@@ -56,7 +56,7 @@ def elf_entry(fd: int, name: str) -> tuple[bytes, int] | str:
     if e_type != 3:
         return "not a shared object"
     phoff, phentsize, phnum = ehdr.unpack_from(head, 0)
-    if phentsize < phdr.size or not 0 < phnum <= MAX_PHNUM:
+    if phentsize != phdr.size or not 0 < phnum <= MAX_PHNUM:
         return "malformed program headers"
     table = os.pread(fd, phentsize * phnum, phoff)
     if len(table) < phentsize * phnum:
@@ -95,7 +95,8 @@ def elf_entry(fd: int, name: str) -> tuple[bytes, int] | str:
     if base is None:
         return "no string table"
     try:
-        names = [_string(fd, base + at) for at in needed]
+        # (only 32-bit x86 libraries' flags depend on what they link against)
+        names = [_string(fd, base + at) for at in needed] if machine == EM_386 else []
         key = _string(fd, base + soname) if soname is not None else name.encode()
     except ValueError as error:
         return str(error)
