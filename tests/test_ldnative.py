@@ -341,6 +341,7 @@ def _fallback_cases() -> dict:
 
     cases = {name: write(data) for name, data in HOSTILE.items()}
     cases["missing"] = lambda cache: cache.unlink()
+    cases["too big (sparse)"] = lambda cache: os.truncate(cache, ldsocache.MAX_BYTES + 1)
     cases["fifo"] = lambda cache: (cache.unlink(), os.mkfifo(cache))
     cases["symlink to the host's"] = lambda cache: (
         cache.unlink(),
@@ -352,6 +353,7 @@ def _fallback_cases() -> dict:
 FALLBACKS = _fallback_cases()
 REASONS = {
     "missing": "the image has no /etc/ld.so.cache",
+    "too big (sparse)": "/etc/ld.so.cache is larger than 64 MiB",
     "fifo": "/etc/ld.so.cache is not a regular file",
     "symlink to the host's": "/etc/ld.so.cache is a symlink",
     "unknown magic": "the image's /etc/ld.so.cache: not an ld.so.cache (unknown magic)",
@@ -477,3 +479,25 @@ def test_podman_config_switch(hook_setup, synth_root, image_rhel):
     assert result.returncode == 0, result.stderr
     (record,) = hook_setup.records()
     assert json.loads(record.read_text())["ld_cache"] == "ldconfig"
+
+
+def test_podman_etc_volume_is_one_error_and_the_volume_is_unchanged(
+    hook_setup, image_rhel, tmp_path
+):
+    """`-v DIR:/etc`: the container's /etc is a host directory. The hook creates nothing
+    there (no cache, no temporary file), fails the start with one line, and rolls back."""
+    volume = tmp_path / "etc-volume"
+    volume.mkdir()
+    hosts.write_ld_cache(volume / "ld.so.cache", [("libx.so.1", "/x/libx.so.1", hosts.X86_64)])
+    for name in ("hosts", "resolv.conf", "hostname", "passwd", "group"):
+        (volume / name).write_text("")  # runc's mount points: present, so nobody creates them
+    before = {p.name: p.read_bytes() for p in volume.iterdir()}
+    result = hook_setup.run(image_rhel, ["/bin/true"], devices="0", extra=["-v", f"{volume}:/etc"])
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "ocihook:" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].endswith(
+        "ocihook: container /etc/ld.so.cache: its directory is on a file system shared with the "
+        "host (a volume or host bind mount); not creating anything there"
+    ), lines[0]
+    assert {p.name: p.read_bytes() for p in volume.iterdir()} == before
