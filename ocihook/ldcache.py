@@ -22,6 +22,12 @@ from ocihook import ldnative, linux, privileges, securepath
 from ocihook.errors import OcihookError
 from ocihook.selinux import label
 
+TYPE_CHECKING = False  # typing costs imports at container start: annotations only
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ocihook.apply import ContainerWriter
+
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
 LIMITS = {
@@ -42,7 +48,7 @@ GLIBC_LOADERS = (
 
 
 def update(
-    writer,
+    writer: ContainerWriter,
     ldconfig_fd: int,
     root_fd: int,
     rootfs: str,
@@ -51,7 +57,7 @@ def update(
     settings: dict,
     uid: int = 0,
     gid: int = 0,
-    debug=None,
+    debug: Callable[[str], None] | None = None,
 ) -> str:
     """Bring the container's ld cache up to date for the injected `libraries` (container
     paths) in `ld_dirs`; returns which way ran: "native" or "ldconfig".
@@ -71,7 +77,9 @@ def update(
     return "ldconfig"
 
 
-def _native(writer, root_fd: int, ld_dirs: list[str], libraries: list[str]) -> str | None:
+def _native(
+    writer: ContainerWriter, root_fd: int, ld_dirs: list[str], libraries: list[str]
+) -> str | None:
     """Write the merged cache; None when done, else why the sandboxed ldconfig must run.
     A container /etc on a file system the host shares is an error (OcihookError), not a
     reason: nothing is created there."""
