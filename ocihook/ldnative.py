@@ -23,6 +23,7 @@ GENERATOR = b"ocihook (the image's ld.so.cache plus the injected libraries)"
 MAX_PHNUM = 512
 MAX_DYNAMIC = 1 << 16
 MAX_NAME = 4096
+MAX_NEEDED = 256
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 EM_386, EM_X86_64 = 3, 62
 FLAG_ELF, FLAG_ELF_LIBC6 = 0x0001, 0x0003
@@ -89,6 +90,8 @@ def elf_entry(fd: int, name: str) -> tuple[bytes, int] | str:
             soname = value
         elif tag == DT_NEEDED:
             needed.append(value)
+    if len(needed) > MAX_NEEDED:
+        return f"{len(needed)} DT_NEEDED entries"
     if strtab is None:
         return "no string table"
     base = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
@@ -160,6 +163,8 @@ def _entry_at(dir_fd: int, name: str) -> tuple[bytes, int] | str:
         return elf_entry(fd, name)
     except OSError as error:
         return error.strerror or "cannot read"
+    except (OverflowError, ValueError):  # an offset past what pread takes
+        return "an offset outside the file"
     finally:
         os.close(fd)
 
