@@ -455,6 +455,10 @@ class ContainerWriter:
             linux.setfsgid(old_gid)
 
     # -- helpers ---------------------------------------------------------
+    def may_create_in(self, dir_fd: int, path: str) -> None:
+        """Raise OcihookError if `path` may not be created in `dir_fd` (a host-shared fs)."""
+        self._may_create_in(dir_fd, path)
+
     def _may_create_in(self, dir_fd: int, path: str) -> None:
         """Refuse to create `path` in directory `dir_fd` on a file system the host shares."""
         if dir_fd in self._dirs_on_root or securepath.mount_id(dir_fd) == self.root_mount:
@@ -464,6 +468,44 @@ class ContainerWriter:
                 f"container {path}: its directory is on a file system shared with the host "
                 "(a volume or host bind mount); not creating anything there"
             )
+
+    def replace_file(self, dir_fd: int, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Replace the file `path` (in the directory `dir_fd`, resolved in the root) with
+        `data`, atomically: a temporary file created there by fd, owned by the container's
+        root, labelled like everything the hook creates, synced, renamed over `path`.
+        Refused on a file system the host shares; nothing is left behind on failure."""
+        self._may_create_in(dir_fd, path)
+        name = path.rsplit("/", 1)[-1]
+        temp = f".{name}.ocihook-{os.getpid()}-{os.urandom(4).hex()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        opened: list[int] = []
+        try:
+            self._as_owner(lambda: opened.append(os.open(temp, flags, 0o600, dir_fd=dir_fd)))
+        except OSError as error:
+            raise OcihookError(f"container {path}: {describe(error)}") from None
+        fd = opened[0]
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                if self.label:
+                    problem = label_at(dir_fd, temp, self.label)
+                    if problem:
+                        raise OcihookError(f"container {path}: {problem}")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException as error:
+            try:
+                os.unlink(temp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            if isinstance(error, OSError):
+                raise OcihookError(f"container {path}: {describe(error)}") from None
+            raise
 
     def _parent(self, path: str) -> tuple[int, str]:
         """(fd of the parent directory, created if missing; cached, do not close), name."""

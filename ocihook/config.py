@@ -27,7 +27,8 @@ from ocihook.errors import OcihookError, describe
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 3  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes
+CACHE_FORMAT = 4  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+# 4: ldconfig.writer
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -46,7 +47,7 @@ DEFAULTS: dict = {
         "allow": [],
     },
     "container": {"lib_dir": "auto", "bin_dir": "/usr/bin"},
-    "ldconfig": {"enabled": True, "path": "/sbin/ldconfig"},
+    "ldconfig": {"enabled": True, "path": "/sbin/ldconfig", "writer": "native"},
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
     "mount_api": "auto",
     "state_dir": "/run/ocihook",

@@ -10,7 +10,7 @@ from ocihook import apply, cgroups, ldcache, privileges, record
 from ocihook.devices import available_devices
 from ocihook.discover import Roots, build_plan
 from ocihook.errors import OcihookError, describe
-from ocihook.plan import Plan, device_rules, finalize
+from ocihook.plan import LIBRARY_KINDS, Plan, device_rules, finalize
 from ocihook.request import DeviceRequest, select_indices
 from ocihook.selinux import label as selinux_label
 from ocihook.state import Container
@@ -142,7 +142,7 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
             edits = cgroups.allow_devices(target, device_rules(plan))
             log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
             try:
-                plan, trees, ldconfig_ran = _apply_in_container(
+                plan, trees, ld_cache = _apply_in_container(
                     container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
                 )
             except BaseException:
@@ -157,7 +157,7 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     log.debug(
         f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
     )
-    body = _record(container, plan, trees, source_labels, label, edits, ldconfig_ran)
+    body = _record(container, plan, trees, source_labels, label, edits, ld_cache)
     try:
         record.write_record(state_fd, config["state_dir"], container.id, body)
         settings = config["records"]
@@ -183,7 +183,7 @@ def _apply_in_container(
     """Everything done inside the container's mount namespace: probe the image's library
     dir, finalize the plan (pure), then execute it. With the classic mount API the sources
     are opened here and added to `trees`/`node_trees` (the caller closes them).
-    Returns (the finalized plan, its sources, whether ldconfig ran)."""
+    Returns (the finalized plan, its sources, how the ld cache was updated or None)."""
     shared = apply.host_superblocks()
     root_fd = apply.enter_container(container.pid, container.rootfs)
     try:
@@ -202,18 +202,20 @@ def _apply_in_container(
         )
         try:
             apply.execute(writer, final, bound, node_trees, api)
-            ldconfig_ran = False
+            ld_cache = None  # "native" or "ldconfig": how the ld cache was updated
             if ldconfig_fd is not None and ldcache.is_glibc_image(root_fd):
-                ldcache.update_cache(
+                ld_cache = ldcache.update(
+                    writer,
                     ldconfig_fd,
                     root_fd,
                     container.rootfs,
                     final.ld_dirs,
+                    [m.target for m in final.mounts if m.kind in LIBRARY_KINDS],
+                    config["ldconfig"],
                     container.host_uid(0),
                     container.host_gid(0),
-                    config["ldconfig"]["path"],
+                    lambda line: log.debug(f"{container.id}: {line}"),
                 )
-                ldconfig_ran = True
             log.debug(f"{container.id}: applied in {container.rootfs} (lib dir {lib_dir})")
         except BaseException:
             for failure in writer.rollback():
@@ -225,10 +227,10 @@ def _apply_in_container(
         os.close(root_fd)
         if ldconfig_fd is not None:
             os.close(ldconfig_fd)
-    return final, bound, ldconfig_ran
+    return final, bound, ld_cache
 
 
-def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -> dict:
+def _record(container, plan, trees, source_labels, label, edits, ld_cache) -> dict:
     return record.new_record(
         container.id,
         container.pid,
@@ -269,6 +271,7 @@ def _record(container, plan, trees, source_labels, label, edits, ldconfig_ran) -
                 for d in plan.devices
             ],
             "cgroup": edits,
-            "ld_dirs": plan.ld_dirs if ldconfig_ran else [],
+            "ld_dirs": plan.ld_dirs if ld_cache else [],
+            "ld_cache": ld_cache,
         },
     )

@@ -1,4 +1,7 @@
-"""Update a container's dynamic linker cache with the host's ldconfig, sandboxed.
+"""Update a container's dynamic linker cache: natively, or with the host's ldconfig, sandboxed.
+
+`update` writes the cache itself when it can be exact (ldnative: the image's cache plus the
+injected libraries, no process) and otherwise runs the sandboxed ldconfig (`update_cache`).
 
 Nothing of the container is executed: the host's (static) ldconfig is opened on the
 host and run by file descriptor in a child that is chrooted into the rootfs inside a
@@ -15,9 +18,15 @@ import select
 import stat
 import time
 
-from ocihook import linux, privileges, securepath
+from ocihook import ldnative, linux, privileges, securepath
 from ocihook.errors import OcihookError
 from ocihook.selinux import label
+
+TYPE_CHECKING = False  # typing costs imports at container start: annotations only
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ocihook.apply import ContainerWriter
 
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
@@ -36,6 +45,57 @@ GLIBC_LOADERS = (
     "/usr/lib64/ld-linux-x86-64.so.2",
     "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
 )
+
+
+def update(
+    writer: ContainerWriter,
+    ldconfig_fd: int,
+    root_fd: int,
+    rootfs: str,
+    ld_dirs: list[str],
+    libraries: list[str],
+    settings: dict,
+    uid: int = 0,
+    gid: int = 0,
+    debug: Callable[[str], None] | None = None,
+) -> str:
+    """Bring the container's ld cache up to date for the injected `libraries` (container
+    paths) in `ld_dirs`; returns which way ran: "native" or "ldconfig".
+
+    `writer` (apply.ContainerWriter) creates the file; `settings` is the config's `ldconfig`
+    section (`writer: native|ldconfig`, `path`); `debug` logs one line saying why."""
+    why = "ldconfig.writer is ldconfig"
+    if settings.get("writer", "native") == "native":
+        why = _native(writer, root_fd, ld_dirs, libraries)
+        if why is None:
+            if debug:
+                debug(f"ld cache: written natively for {', '.join(ld_dirs)}")
+            return "native"
+    if debug:
+        debug(f"ld cache: sandboxed ldconfig ({why})")
+    update_cache(ldconfig_fd, root_fd, rootfs, ld_dirs, uid, gid, settings["path"])
+    return "ldconfig"
+
+
+def _native(
+    writer: ContainerWriter, root_fd: int, ld_dirs: list[str], libraries: list[str]
+) -> str | None:
+    """Write the merged cache; None when done, else why the sandboxed ldconfig must run.
+    A container /etc on a file system the host shares is an error (OcihookError), not a
+    reason: nothing is created there."""
+    try:
+        etc_fd = securepath.resolve(root_fd, "/etc", flags=os.O_PATH | os.O_DIRECTORY)
+    except OSError as error:
+        return f"/etc: {error.strerror}"
+    try:
+        writer.may_create_in(etc_fd, ldnative.CACHE)
+        data = ldnative.build(root_fd, etc_fd, ld_dirs, libraries)
+        if isinstance(data, str):
+            return data
+        writer.replace_file(etc_fd, ldnative.CACHE, data)
+        return None
+    finally:
+        os.close(etc_fd)
 
 
 def open_ldconfig(path: str) -> int:

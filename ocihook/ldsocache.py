@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import sys
 
 from ocihook import securepath
 from ocihook.errors import OcihookError
@@ -140,3 +141,163 @@ class Index:
         if "*" in stem or "?" in stem or "[" in stem:
             return self.all
         return self.by_stem.get(stem, [])
+
+
+# -- merging into and writing the new format (the native ld cache writer) ---------------------
+
+ENDIAN_MASK = 3
+ENDIAN_LITTLE = 2  # what glibc >= 2.33 writes in the header's flags on little-endian hosts
+EXT_MAGIC = 0xEAA42174
+EXT_TAG_GENERATOR = 0
+HWCAP_EXTENSION = 1 << 62  # a glibc-hwcaps entry (its hwcap's low bits index a subdir)
+_EXT_HEADER = struct.Struct("=II")  # magic, count
+_EXT_SECTION = struct.Struct("=IIII")  # tag, flags, offset, size
+_MAX_DIGITS = 1 << 31  # glibc compares digit runs as C ints: larger values would wrap
+
+FullEntry = tuple  # (key: bytes, value: bytes, flags: int, osversion: int)
+
+
+class NotExact(Exception):
+    """The cache cannot be carried over faithfully; the message says why."""
+
+
+def parse_for_merge(data: bytes) -> list[FullEntry]:
+    """Every entry of a cache in the new format (new-only, or hidden in the old one), in
+    file order, for writing back; NotExact when something would not survive that.
+
+    Refused: old-format-only caches, another byte order, hwcap entries (glibc-hwcaps or
+    legacy), extension sections other than the generator string, names that are not
+    ASCII (glibc orders them by C `char`, whose sign differs by architecture), digit runs
+    past a C int, any offset outside the file."""
+    base = 0
+    if data.startswith(OLD_MAGIC):
+        if len(data) < _OLD_HEADER.size:
+            raise NotExact("truncated")
+        nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
+        if nlibs > (len(data) - _OLD_HEADER.size) // _OLD_ENTRY.size:
+            raise NotExact("truncated")
+        base = (_OLD_HEADER.size + nlibs * _OLD_ENTRY.size + 7) & ~7
+        if not data.startswith(NEW_MAGIC, base):
+            raise NotExact("old format only")
+    elif not data.startswith(NEW_MAGIC):
+        raise NotExact("not an ld.so.cache (unknown magic)")
+    if len(data) < base + _NEW_HEADER.size:
+        raise NotExact("truncated")
+    _, nlibs, _, flags, ext_offset = _NEW_HEADER.unpack_from(data, base)
+    if flags & ENDIAN_MASK not in (0, ENDIAN_LITTLE):
+        raise NotExact(f"byte order flag {flags & ENDIAN_MASK}")
+    start = base + _NEW_HEADER.size
+    if nlibs > (len(data) - start) // _NEW_ENTRY.size:
+        raise NotExact(f"{nlibs} entries do not fit in {len(data)} bytes")
+    if ext_offset:
+        _check_extensions(data, ext_offset)
+    entries = []
+    for flags, key, value, osversion, hwcap in _NEW_ENTRY.iter_unpack(
+        data[start : start + nlibs * _NEW_ENTRY.size]
+    ):
+        if hwcap:
+            what = "glibc-hwcaps" if hwcap & HWCAP_EXTENSION else "hwcap"
+            raise NotExact(f"{what} entries")
+        entries.append((_cstring(data, base + key), _cstring(data, base + value), flags, osversion))
+    return entries
+
+
+def _check_extensions(data: bytes, offset: int) -> None:
+    if offset % 4 or offset + _EXT_HEADER.size > len(data):
+        raise NotExact("extension directory outside the file")
+    magic, count = _EXT_HEADER.unpack_from(data, offset)
+    if magic != EXT_MAGIC:
+        raise NotExact("extension directory with a wrong magic")
+    if count > (len(data) - offset - _EXT_HEADER.size) // _EXT_SECTION.size:
+        raise NotExact("extension directory outside the file")
+    for i in range(count):
+        tag, _, where, size = _EXT_SECTION.unpack_from(
+            data, offset + _EXT_HEADER.size + i * _EXT_SECTION.size
+        )
+        if where + size > len(data):
+            raise NotExact("extension section outside the file")
+        if tag != EXT_TAG_GENERATOR:  # the generator string is informative: ours replaces it
+            raise NotExact(f"extension section {tag}")
+
+
+def _cstring(data: bytes, offset: int) -> bytes:
+    stop = data.find(b"\0", offset)
+    if offset >= len(data) or stop < 0:
+        raise NotExact(f"string offset {offset} outside the file")
+    text = data[offset:stop]
+    if not text.isascii():
+        raise NotExact("a name that is not ASCII")
+    return text
+
+
+_DIGITS_TO_NUL = bytes.maketrans(b"0123456789", bytes(10))
+
+
+def libcmp_key(name: bytes) -> tuple:
+    """A key that orders ASCII names as glibc's `_dl_cache_libcmp`: runs of digits compare
+    as numbers and above any other character, other characters by value, the end of the
+    name as a character of value 0. Each run of other characters becomes one bytes item
+    ending in b"\\xff" (a digit run follows) or b"\\0" (the name ends), each digit run an int."""
+    marked = name.translate(_DIGITS_TO_NUL)  # digits -> NUL (a name holds no NUL)
+    key: list = []
+    pos = 0
+    while True:
+        digit = marked.find(0, pos)
+        if digit < 0:
+            key.append(name[pos:] + b"\0")
+            return tuple(key)
+        key.append(name[pos:digit] + b"\xff")
+        pos = len(marked) - len(marked[digit:].lstrip(b"\0"))
+        value = int(name[digit:pos])
+        if value >= _MAX_DIGITS:
+            raise NotExact(f"digit run {name[digit:pos].decode()} past a C int")
+        key.append(value)
+
+
+def sort_entries(entries: list[FullEntry]) -> list[FullEntry]:
+    """In the order glibc's ldconfig writes (elf/cache.c `compare`), which ld.so's binary
+    search relies on: names descending by `_dl_cache_libcmp`, then flags and osversion
+    descending; entries equal in all three keep their order (the earlier one wins)."""
+    return sorted(entries, key=lambda e: (libcmp_key(e[0]), e[2], e[3]), reverse=True)
+
+
+def write_new(entries: list[FullEntry], generator: bytes = b"") -> bytes:
+    """A cache in the new format only ("glibc-ld.so.cache1.1", little-endian flag set, as
+    glibc >= 2.33's ldconfig writes it by default) holding `entries` in the given order,
+    with `generator` as its generator extension (none when empty)."""
+    if sys.byteorder != "little":
+        raise NotExact("big-endian host")
+    base = _NEW_HEADER.size + len(entries) * _NEW_ENTRY.size
+    strings = bytearray()
+    offsets: dict[bytes, int] = {}
+
+    def intern(text: bytes) -> int:
+        at = offsets.get(text)
+        if at is None:
+            at = offsets[text] = base + len(strings)
+            strings.extend(text + b"\0")
+        return at
+
+    table = bytearray()
+    for key, value, flags, osversion in entries:
+        value_at = intern(value)
+        # The key is usually the value's last component: share its bytes (ldconfig does too).
+        if value.endswith(b"/" + key):
+            key_at = value_at + len(value) - len(key)
+        else:
+            key_at = intern(key)
+        table += _NEW_ENTRY.pack(flags, key_at, value_at, osversion, 0)
+    ext_offset = 0
+    tail = b""
+    if generator:
+        end = base + len(strings)
+        ext_offset = (end + 3) & ~3
+        section_at = ext_offset + _EXT_HEADER.size + _EXT_SECTION.size
+        tail = (
+            bytes(ext_offset - end)
+            + _EXT_HEADER.pack(EXT_MAGIC, 1)
+            + _EXT_SECTION.pack(EXT_TAG_GENERATOR, 0, section_at, len(generator))
+            + generator
+        )
+    header = _NEW_HEADER.pack(NEW_MAGIC, len(entries), len(strings), ENDIAN_LITTLE, ext_offset)
+    return header + bytes(table) + bytes(strings) + tail
