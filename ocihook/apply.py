@@ -472,8 +472,10 @@ class ContainerWriter:
     def replace_file(self, dir_fd: int, path: str, data: bytes, mode: int = 0o644) -> None:
         """Replace the file `path` (in the directory `dir_fd`, resolved in the root) with
         `data`, atomically: a temporary file created there by fd, owned by the container's
-        root, labelled like everything the hook creates, synced, renamed over `path`.
-        Refused on a file system the host shares; nothing is left behind on failure."""
+        root, labelled like everything the hook creates, renamed over `path`. Not synced: the
+        file is rewritten at every start, a torn one after a crash is refused by the next
+        start's parser (which then runs ldconfig), and podman's overlays are fsync=volatile
+        anyway. Refused on a file system the host shares; nothing is left behind on failure."""
         self._may_create_in(dir_fd, path)
         name = path.rsplit("/", 1)[-1]
         temp = f".{name}.ocihook-{os.getpid()}-{os.urandom(4).hex()}"
@@ -494,7 +496,6 @@ class ContainerWriter:
                     problem = label_at(dir_fd, temp, self.label)
                     if problem:
                         raise OcihookError(f"container {path}: {problem}")
-                os.fsync(fd)
             finally:
                 os.close(fd)
             os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
