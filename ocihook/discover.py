@@ -32,13 +32,20 @@ def glob_match(name: str, pattern: str) -> bool:
         import fnmatch
 
         return fnmatch.fnmatchcase(name, pattern)
-    if pattern.count("*") == 1 and "?" not in pattern:  # the common "libfoo.so.*"
-        prefix, suffix = pattern.split("*")
-        return (
-            len(name) >= len(prefix) + len(suffix)
-            and name.startswith(prefix)
-            and name.endswith(suffix)
-        )
+    if "?" not in pattern:  # stars only, the profiles' kind ("libfoo.so.*", "lib*-x.so.*")
+        if "*" not in pattern:
+            return name == pattern
+        head, *middle, tail = pattern.split("*")
+        end = len(name) - len(tail)
+        if end < len(head) or not name.startswith(head) or not name.endswith(tail):
+            return False
+        at = len(head)
+        for part in middle:  # leftmost fit of each part leaves the most room for the rest
+            at = name.find(part, at, end)
+            if at < 0:
+                return False
+            at += len(part)
+        return True
     n = p = 0
     star, mark = -1, 0
     while n < len(name):

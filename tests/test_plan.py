@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import synthetic
 
@@ -166,6 +168,11 @@ def test_plan_unknown_index_is_a_clear_error(nvidia_config):
         "x",
         "*ml.so.1",
         "**",
+        "lib*-*-openssl3.so.*",
+        "*a*a*",
+        "a*",
+        "*c",
+        "lib*.so.1*",
     ],
 )
 def test_glob_match_agrees_with_fnmatch(pattern):
@@ -185,6 +192,9 @@ def test_glob_match_agrees_with_fnmatch(pattern):
         "libnvidia-ml.so.1",
         "libcuda.so",
         "a",
+        "aa",
+        "aaa",
+        "libnvidia-ml.so.1.so.1",
     ]
     for name in names:
         assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern), (name, pattern)
@@ -209,3 +219,16 @@ def test_synthetic_plan_json_is_what_the_executor_consumes(synth_root, tmp_path)
     rules = [(r["type"], r["major"], r["minor"], r["access"]) for r in plain["cgroup_rules"]]
     nodes = [(d["type"], d["major"], d["minor"], d["access"]) for d in plain["devices"]]
     assert rules == nodes and rules
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    name=st.text(alphabet="ab.", max_size=8),
+    pattern=st.text(alphabet="ab*.?", max_size=7),
+)
+def test_glob_match_agrees_with_fnmatch_on_any_star_pattern(name, pattern):
+    import fnmatch
+
+    from ocihook.discover import glob_match
+
+    assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern)
