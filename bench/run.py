@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench import harness as h  # noqa: E402
-from tests.support import images, podman  # noqa: E402
+from tests.support import podman  # noqa: E402
 
 RESULTS = HERE / "results"
 IMAGE_NAME = "ocihook-bench"
@@ -33,6 +33,7 @@ ROWS = {
     "floor": ("hook", "interpreter floor: python3 -I -c pass"),
     "hook_none": ("hook", "hook, container asks for nothing"),
     "hook_full": ("hook", "hook, full synthetic driver injected"),
+    "hook_full_disk": ("hook", "hook, full driver, rootfs upper dir on disk"),
     "hook_poststop": ("hook", "hook at poststop: its record marked exited"),
     "ready_plain": ("start", "container's first output, no injection"),
     "ready_flags": ("start", "container's first output, -v/--device"),
@@ -49,6 +50,7 @@ ROWS = {
 TARGETS = {
     "hook_none/floor": 1.3,
     "hook_full/floor": 2.5,
+    "hook_full_disk/floor": 2.5,
     "ready_hook/ready_flags": 1.10,
     "ready_hook/ready_cdi": 0.9,
     "start_hook/start_flags": 1.10,
@@ -59,6 +61,7 @@ ADDED_TARGETS = {
     ("ready_hook", "ready_cdi", "ready_plain"): 0.8,
     ("start_hook", "start_cdi", "start_plain"): 0.8,
 }
+PODMAN = ["podman"]  # with --root/--runroot when the start group's storage is a tmpfs
 CDI_SPEC_DIR = Path("/var/run/cdi")  # podman 4.3 reads /etc/cdi and /var/run/cdi only
 MODES = {
     "full": {
@@ -94,17 +97,17 @@ def interleaved(runners: dict, rounds: int) -> dict[str, list]:
     return samples
 
 
-def sandbox_runner(install, driver, image):
+def sandbox_runner(install, driver, image, work: Path = h.WORK):
     def run() -> float:
-        with h.Sandbox(image, {h.ANNOTATION: "all"}) as sandbox:
+        with h.Sandbox(image, {h.ANNOTATION: "all"}, work=work) as sandbox:
             return h.run_hook(install, driver, sandbox.state())
 
     return run
 
 
-def check_injection(install, driver, image, records: list | None = None) -> dict:
+def check_injection(install, driver, image, records: list | None = None, work=h.WORK) -> dict:
     """One run, checked: what the hook put into the container (from its record)."""
-    with h.Sandbox(image, {h.ANNOTATION: "all"}) as sandbox:
+    with h.Sandbox(image, {h.ANNOTATION: "all"}, work=work) as sandbox:
         h.run_hook(install, driver, sandbox.state())
         record = driver.record(sandbox.id)
     if records is not None:
@@ -144,30 +147,40 @@ def poststop_runner(install, driver, body: dict, bundle: Path):
     return run, check
 
 
-def hook_group(install, driver, image, rounds: int) -> tuple[dict, dict]:
+def hook_group(install, driver, image, rounds: int, tmpfs: Path) -> tuple[dict, dict]:
+    """The hook as a process. hook_full's fake containers have their overlay upper dir on a
+    tmpfs (the hook's own cost); hook_full_disk's on the build dir's disk, as podman's are."""
     bundle = h.static_bundle()
     none_state = h.state_json("bench-none", os.getpid(), bundle)
     records: list[dict] = []
-    info = {"hook_full": check_injection(install, driver, image, records)}
+    info = {"hook_full": check_injection(install, driver, image, records, work=tmpfs)}
+    info["hook_full_disk"] = check_injection(install, driver, image)
     poststop, check_poststop = poststop_runner(install, driver, records[0], bundle)
     info["hook_poststop"] = check_poststop()
     runners = {
         "floor": lambda: h.timed(install.floor_cmd(), none_state),
         "hook_none": lambda: h.run_hook(install, driver, none_state),
-        "hook_full": sandbox_runner(install, driver, image),
+        "hook_full": sandbox_runner(install, driver, image, tmpfs),
+        "hook_full_disk": sandbox_runner(install, driver, image),
         "hook_poststop": poststop,
     }
     return interleaved(runners, rounds), info
 
 
-def start_group(install, driver, image_root: Path, rounds: int) -> tuple[dict, dict]:
-    image = images.import_image(image_root, IMAGE_NAME)
+def start_group(
+    install, driver, image_root: Path, rounds: int, storage: Path | None = None
+) -> tuple[dict, dict]:
+    """Real podman + runc starts. With `storage` (a tmpfs), podman's store and run dirs live
+    there instead of /var/lib/containers: the same starts without this disk's file creates."""
+    global PODMAN
+    PODMAN = ["podman"]
+    if storage is not None:
+        PODMAN += ["--root", str(storage / "storage"), "--runroot", str(storage / "run")]
+    image = import_image(image_root)
     hooks_dir = podman.write_hooks_dir(
         h.WORK / "hooks.d", install.hook, driver.config, driver.cache_dir
     )
-    probe = podman.run(image, ["/bin/true"], hooks_dir=hooks_dir, devices="all")
-    if probe.returncode != 0:
-        raise RuntimeError(f"podman run with the hook failed: {probe.stderr.strip()[-400:]}")
+    timed_start(image, hooks_dir, "all", None)  # the hook works (raises with its error)
     # The runtime-flags variant gets exactly what the hook injects, from a hook record
     # (podman's poststop run of the hook removes the record of a podman container).
     with h.Sandbox(image_root, {h.ANNOTATION: "all"}) as sandbox:
@@ -196,9 +209,7 @@ def start_group(install, driver, image_root: Path, rounds: int) -> tuple[dict, d
             "start_cdi": start(extra=["--device", f"{kind}=all"]),
             "start_hook": start(devices="all"),
         }
-        probe = podman.run(image, ["/bin/true"], extra=["--device", f"{kind}=all"])
-        if probe.returncode != 0:
-            raise RuntimeError(f"podman run --device {kind}=all: {probe.stderr.strip()[-400:]}")
+        timed_start(image, hooks_dir, None, ["--device", f"{kind}=all"])  # the spec works
         pairs = interleaved(runners, rounds)
         samples = {}
         for name, values in pairs.items():
@@ -218,11 +229,26 @@ def start_group(install, driver, image_root: Path, rounds: int) -> tuple[dict, d
     return samples, info
 
 
+def import_image(root: Path) -> str:
+    """`podman import` the image tree into the store the start group uses."""
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    name = f"localhost/{IMAGE_NAME}:latest"
+    subprocess.run(
+        [*PODMAN, "import", "-q", "-", name],
+        stdin=tar.stdout,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    tar.wait()
+    return name
+
+
 def timed_start(image, hooks_dir, devices, extra) -> tuple[float, float]:
     """One `podman run --rm IMAGE /bin/echo ready`: (seconds until the container's first
     output reaches us, which is when its process runs; seconds until podman exits, with the
     poststop hook and the teardown)."""
-    args = ["podman", "--runtime", "runc", "--hooks-dir", str(hooks_dir), "run", *podman.RUN_FLAGS]
+    args = [*PODMAN, "--runtime", "runc", "--hooks-dir", str(hooks_dir)]
+    args += ["run", *podman.RUN_FLAGS]
     if devices is not None:
         args += ["--annotation", f"{podman.ANNOTATION}={devices}"]
     args += [*(extra or []), image, "/bin/echo", "ready"]
@@ -259,17 +285,19 @@ def write_cdi_spec(install, driver, kind: str, path: Path) -> dict:
     }
 
 
-def scale_group(install, image, sizes, rounds: int) -> tuple[dict, dict]:
-    """A size whose checked run fails is left out of the timing, its error kept."""
+def scale_group(install, image, sizes, rounds: int, tmpfs: Path) -> tuple[dict, dict]:
+    """A size whose checked run fails is left out of the timing, its error kept. The upper
+    dirs on the tmpfs: the hook's growth, not ext4's (a create costs more as a directory
+    grows there)."""
     runners, info = {}, {}
     for size in sizes:
         driver = h.Driver(f"libs{size}", extra_libraries=size - 2)
         try:
-            info[f"scale_{size}"] = check_injection(install, driver, image)
+            info[f"scale_{size}"] = check_injection(install, driver, image, work=tmpfs)
         except RuntimeError as error:
             info[f"scale_{size}_error"] = {"library_files": size, "error": str(error)[-300:]}
             continue
-        runners[f"scale_{size}"] = sandbox_runner(install, driver, image)
+        runners[f"scale_{size}"] = sandbox_runner(install, driver, image, tmpfs)
     return interleaved(runners, rounds), info
 
 
@@ -302,6 +330,13 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="few runs, small sizes (tests)")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--only", choices=("hook", "start", "scale"), action="append")
+    parser.add_argument(
+        "--storage",
+        choices=("default", "tmpfs"),
+        default="default",
+        help="podman's store for the start rows: the default (/var/lib/containers, this "
+        "machine's disk) or a tmpfs (the same starts without the disk's file creates)",
+    )
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     params = MODES[mode]
@@ -314,15 +349,24 @@ def main(argv=None) -> int:
     info = {"machine": machine(), "mode": mode, "params": dict(params, sizes=list(params["sizes"]))}
     samples: dict[str, list[float]] = {}
     details: dict = {}
-    if "hook" in groups:
-        s, d = hook_group(install, driver, image, params["hook_rounds"])
-        samples.update(s), details.update(d)
-    if "start" in groups:
-        s, d = start_group(install, driver, image, params["start_rounds"])
-        samples.update(s), details.update(d)
-    if "scale" in groups:
-        s, d = scale_group(install, image, params["sizes"], params["scale_rounds"])
-        samples.update(s), details.update(d)
+    tmpfs_mount = h.Tmpfs()
+    needs_tmpfs = {"hook", "scale"} & set(groups) or args.storage == "tmpfs"
+    tmpfs = tmpfs_mount.__enter__() if needs_tmpfs else None
+    try:
+        if "hook" in groups:
+            s, d = hook_group(install, driver, image, params["hook_rounds"], tmpfs)
+            samples.update(s), details.update(d)
+        if "start" in groups:
+            storage = tmpfs if args.storage == "tmpfs" else None
+            s, d = start_group(install, driver, image, params["start_rounds"], storage)
+            samples.update(s), details.update(d)
+        if "scale" in groups:
+            s, d = scale_group(install, image, params["sizes"], params["scale_rounds"], tmpfs)
+            samples.update(s), details.update(d)
+    finally:
+        if tmpfs is not None:
+            tmpfs_mount.__exit__()
+    info["storage"] = args.storage
 
     rows = {}
     order = list(ROWS)
@@ -366,7 +410,9 @@ def main(argv=None) -> int:
             "python3 -I with ocihook importable through a plain .pth and compiled .pyc "
             "(compileall before the runs); state JSON on stdin; wall time of the process",
             "hook_full and scale rows: a fresh fake container per run (private mount ns with "
-            "an overlay rootfs, a v1 devices cgroup with runc's default rules), see harness.py",
+            "an overlay rootfs, a v1 devices cgroup with runc's default rules), see harness.py; "
+            "its overlay upper dir on a tmpfs (the hook's own cost), hook_full_disk's on the "
+            "build dir's disk (plus that disk's file creates)",
             "start rows: `podman run --rm IMAGE /bin/echo ready`; ready_* = until its first "
             "output arrives (the container's process runs: its start), start_* = until podman "
             "exits (with the poststop hook and the teardown)",
@@ -383,6 +429,9 @@ def main(argv=None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if "start" in groups:
+        where = "a tmpfs (--storage tmpfs)" if args.storage == "tmpfs" else "/var/lib/containers"
+        print(f"podman store for the start rows: {where}\n")
     print(table(result))
     for name, error in errors.items():
         print(f"\nFAILED {name}: {error['error']}")
