@@ -20,7 +20,7 @@ ROWS = (
     "floor",
     "hook_none",
     "hook_full",
-    "hook_full_disk",
+    "hook_full_rootfs",
     "hook_poststop",
     "ready_plain",
     "ready_flags",
@@ -31,7 +31,7 @@ ROWS = (
     "start_cdi",
     "start_hook",
 )
-RATIOS = ("hook_none/floor", "hook_full/floor", "hook_full_disk/floor")
+RATIOS = ("hook_none/floor", "hook_full/floor", "hook_full_rootfs/floor")
 RATIOS += ("ready_hook/ready_flags", "ready_hook/ready_cdi")
 RATIOS += ("start_hook/start_flags", "start_hook/start_cdi")
 ADDED = "(start_hook-start_plain)/(start_cdi-start_plain)"
@@ -64,7 +64,7 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert rows["hook_full"]["devices"] == 11
     assert rows["hook_full"]["links"] >= 50
     for key in ("mounts", "links", "devices", "ld_dirs"):  # the same injection, on the disk
-        assert rows["hook_full_disk"][key] == rows["hook_full"][key], key
+        assert rows["hook_full_rootfs"][key] == rows["hook_full"][key], key
     assert rows["hook_poststop"]["status"] == "exited"
     # the CDI spec carries the same files (as mounts) and the links/ld cache hooks
     assert rows["start_cdi"]["mounts"] == rows["hook_full"]["mounts"]
