@@ -15,10 +15,10 @@ import struct
 import sys
 
 from ocihook import linux
+from ocihook.devrules import TYPE_CODES, Rule, access_mask, check_rule
 from ocihook.slots import Struct
 
 Insn = tuple[int, int, int, int, int]
-Rule = tuple[str, int, int, str]
 
 # bpf(2) system call numbers by machine (uname -m).
 
@@ -37,13 +37,6 @@ BPF_F_ALLOW_MULTI = 2
 BPF_F_REPLACE = 4
 
 # struct bpf_cgroup_dev_ctx: u32 access_type ((access << 16) | type); u32 major; u32 minor.
-DEVCG_ACC_MKNOD = 1
-DEVCG_ACC_READ = 2
-DEVCG_ACC_WRITE = 4
-DEVCG_DEV_BLOCK = 1
-DEVCG_DEV_CHAR = 2
-ACCESS_BITS = {"m": DEVCG_ACC_MKNOD, "r": DEVCG_ACC_READ, "w": DEVCG_ACC_WRITE}
-TYPE_CODES = {"b": DEVCG_DEV_BLOCK, "c": DEVCG_DEV_CHAR}
 
 # Opcodes used by the assembler (class | op | source).
 LDX_MEM_W = 0x61  # BPF_LDX | BPF_MEM | BPF_W
@@ -63,8 +56,6 @@ LD_IMM64 = 0x18
 
 _JUMPS = (JMP_JNE_K, JMP_JNE_X, JMP32_JNE_K, JMP32_JNE_X)
 R0, R1, R2, R3, R4, R5 = range(6)
-MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
-MAX_MINOR = (1 << 20) - 1
 
 _INSN = struct.Struct("=BBhi")
 _LITTLE = sys.byteorder == "little"
@@ -111,28 +102,6 @@ def prologue() -> list[Insn]:
         (LDX_MEM_W, R4, R1, 4, 0),
         (LDX_MEM_W, R5, R1, 8, 0),
     ]
-
-
-def access_mask(access: str) -> int:
-    """'rw' -> READ|WRITE; rejects anything but a non-empty subset of 'rwm'."""
-    if not access or len(set(access)) != len(access) or set(access) - set(ACCESS_BITS):
-        raise ValueError(f"device access {access!r} is not a non-empty subset of 'rwm'")
-    mask = 0
-    for ch in access:
-        mask |= ACCESS_BITS[ch]
-    return mask
-
-
-def check_rule(rule: Rule) -> None:
-    """Raise ValueError unless the rule is a c/b device with sane numbers and access."""
-    dtype, major, minor, access = rule
-    if dtype not in TYPE_CODES:
-        raise ValueError(f"device type {dtype!r} is not 'c' or 'b'")
-    if not (major == -1 or 0 <= major <= MAX_MAJOR):
-        raise ValueError(f"device major {major!r} is out of range 0..{MAX_MAJOR} (or -1 for any)")
-    if not (minor == -1 or 0 <= minor <= MAX_MINOR):
-        raise ValueError(f"device minor {minor!r} is out of range 0..{MAX_MINOR} (or -1 for any)")
-    access_mask(access)
 
 
 def rule_block(rule: Rule, allow: bool = True) -> list[Insn]:

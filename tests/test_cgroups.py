@@ -343,7 +343,7 @@ def test_v2_unreadable_program_is_left_alone(v2_cgroup):
 @pytest.mark.root
 def test_v2_failed_swap_keeps_old_program(v2_runtime):
     # The runtime replaced its program meanwhile: BPF_F_REPLACE refuses, nothing changes.
-    from ocihook import cgroups
+    from ocihook import cgroup_v2
 
     cfd = os.open(v2_runtime, os.O_RDONLY | os.O_DIRECTORY)
     stale = bpf.prog_load(bpf.device_filter(RUNTIME_RULES))
@@ -351,7 +351,7 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
     try:
         _, before = attached(v2_runtime)
         with pytest.raises(bpf.BpfError) as exc:
-            cgroups._swap(cfd, bpf.BPF_F_ALLOW_MULTI, stale, new)
+            cgroup_v2._swap(cfd, bpf.BPF_F_ALLOW_MULTI, stale, new)
         assert exc.value.errno == errno.ENOENT
         _, after = attached(v2_runtime)
         assert after == before

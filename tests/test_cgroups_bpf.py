@@ -6,15 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook import bpf
+from ocihook import bpf, devrules
 from tests.support.device_programs import Decoded, decode_device_filter
 
 rules_st = st.lists(
     st.tuples(
         st.tuples(
             st.sampled_from("cb"),
-            st.one_of(st.just(-1), st.integers(0, bpf.MAX_MAJOR)),
-            st.one_of(st.just(-1), st.integers(0, bpf.MAX_MINOR)),
+            st.one_of(st.just(-1), st.integers(0, devrules.MAX_MAJOR)),
+            st.one_of(st.just(-1), st.integers(0, devrules.MAX_MINOR)),
             st.sampled_from(["r", "w", "m", "rw", "rm", "wm", "rwm"]),
         ),
         st.booleans(),

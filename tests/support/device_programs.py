@@ -8,7 +8,6 @@ import os
 
 from ocihook import bpf
 from ocihook.bpf import (
-    ACCESS_BITS,
     ALU32_AND_K,
     ALU32_MOV_K,
     ALU32_MOV_X,
@@ -23,12 +22,12 @@ from ocihook.bpf import (
     R3,
     R4,
     R5,
-    TYPE_CODES,
     Insn,
-    Rule,
     prologue,
 )
-from ocihook.cgroups import CgroupTarget, _close, _open_dir, _Prog, _v2_programs
+from ocihook.cgroup_v2 import _close, _Prog, programs
+from ocihook.cgroups import CgroupTarget, _open_dir
+from ocihook.devrules import ACCESS_BITS, TYPE_CODES, Rule
 from ocihook.errors import OcihookError
 from ocihook.slots import Struct
 
@@ -130,7 +129,7 @@ def describe_device_access(target: CgroupTarget) -> list[dict]:
     try:
         if target.version == "v1":
             return [{"devices.list": _read_at(fd, target.path, "devices.list").splitlines()}]
-        _flags, progs = _v2_programs(fd, target.path)
+        _flags, progs = programs(fd, target.path)
     finally:
         os.close(fd)
     try:
