@@ -66,7 +66,7 @@ CDI_SPEC_DIR = Path("/var/run/cdi")  # podman 4.3 reads /etc/cdi and /var/run/cd
 MODES = {
     "full": {
         "hook_rounds": 20,
-        "start_rounds": 10,
+        "start_rounds": 20,
         "scale_rounds": 5,
         "sizes": (10, 100, 400, 1000),
     },
