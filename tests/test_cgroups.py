@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import time
-import traceback
 import uuid
 
 import pytest
@@ -34,6 +32,7 @@ from ocihook.cgroups import (
 from ocihook.errors import OcihookError
 from tests.support import device_programs
 from tests.support.device_programs import describe_device_access
+from tests.support.sandbox import in_child
 
 V1_ROOT = "/sys/fs/cgroup/devices"
 V2_ROOT = "/sys/fs/cgroup/unified"
@@ -48,30 +47,6 @@ RUNTIME_RULES = [(("c", 1, 3, "rwm"), True), (("c", 1, 5, "rw"), True)]
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def in_child(fn, *args):
-    """Run fn(*args) in a forked child; return its JSON result (an exception is re-raised)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        try:
-            os.close(r)
-            try:
-                out = {"ok": fn(*args)}
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                out = {"error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()}
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    out = json.loads(data or b'{"error": "child died"}')
-    if "error" in out:
-        raise AssertionError(f"child failed: {out['error']}\n{out.get('tb', '')}")
-    return out["ok"]
 
 
 def _join_and_open(cgroup_dir, opens):

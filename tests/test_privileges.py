@@ -4,12 +4,12 @@ privileged call."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 from ocihook import privileges
+from tests.support.sandbox import in_child
 
 pytestmark = pytest.mark.root
 
@@ -19,37 +19,32 @@ CAP_SYS_PTRACE = 19
 FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")
 
 
-def in_child(keep: tuple[int, ...]) -> dict:
-    """Drop in a forked child; its status fields (hex masks as ints) and whether chown works."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            privileges.drop_capabilities(keep)
-            with open("/proc/self/status") as status:
-                fields = {
-                    name: int(value, 16) if name.startswith("Cap") else int(value)
-                    for name, value in (line.split(":\t") for line in status)
-                    if name in FIELDS
-                }
-            try:
-                os.chown("/proc/self/fd/0", 1, 1)  # needs CAP_CHOWN (a pipe: harmless)
-                fields["chown"] = "ok"
-            except OSError as error:
-                fields["chown"] = error.strerror
-            os.write(write, json.dumps(fields).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+def _drop_and_report(keep: list[int], probe: str) -> dict:
+    """In the child: drop, then the status fields (hex masks as ints) and whether it may
+    chown `probe` (a file of the test's own) to another user."""
+    privileges.drop_capabilities(tuple(keep))
+    with open("/proc/self/status") as status:
+        fields = {
+            name: int(value, 16) if name.startswith("Cap") else int(value)
+            for name, value in (line.split(":\t") for line in status)
+            if name in FIELDS
+        }
+    try:
+        os.chown(probe, 1, 1)  # needs CAP_CHOWN
+        fields["chown"] = "ok"
+    except OSError as error:
+        fields["chown"] = error.strerror
+    return fields
 
 
-def test_drop_everything():
-    status = in_child(())
+def dropped(keep: tuple[int, ...], tmp_path) -> dict:
+    probe = tmp_path / "probe"
+    probe.write_text("")
+    return in_child(_drop_and_report, list(keep), str(probe))
+
+
+def test_drop_everything(tmp_path):
+    status = dropped((), tmp_path)
     assert {name: status[name] for name in FIELDS} == {
         "CapInh": 0,
         "CapPrm": 0,
@@ -61,11 +56,11 @@ def test_drop_everything():
     assert status["chown"] == "Operation not permitted"
 
 
-def test_keep_some_including_one_above_31():
+def test_keep_some_including_one_above_31(tmp_path):
     """Capabilities above 31 live in the second word of capset's data (CAP_SYS_ADMIN is 21;
     CAP_SYSLOG is 34, CAP_BPF 39 on kernels that have it)."""
     keep = (CAP_CHOWN, CAP_SYS_ADMIN, 34)
-    status = in_child(keep)
+    status = dropped(keep, tmp_path)
     mask = sum(1 << cap for cap in keep)
     assert (status["CapEff"], status["CapPrm"], status["CapBnd"]) == (mask, mask, mask)
     assert (status["CapInh"], status["CapAmb"], status["NoNewPrivs"]) == (0, 0, 1)

@@ -8,8 +8,10 @@ waits on a pipe until `close()`; then its namespace and the mounts in it vanish.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import traceback
 from pathlib import Path
 
 from ocihook import linux
@@ -169,3 +171,27 @@ def in_private_mount_ns(function) -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def in_child(fn, *args):
+    """Run fn(*args) in a forked child; return its JSON result (an exception is re-raised)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        try:
+            os.close(r)
+            try:
+                out = {"ok": fn(*args)}
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = {"error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    out = json.loads(data or b'{"error": "child died"}')
+    if "error" in out:
+        raise AssertionError(f"child failed: {out['error']}\n{out.get('tb', '')}")
+    return out["ok"]
