@@ -95,6 +95,9 @@ class Roots:
         return self._listings[key]
 
     def close(self) -> None:
+        for listing in self._listings.values():
+            listing.close()
+        self._listings.clear()
         if self.device_fd != self.source_fd:
             os.close(self.device_fd)
         os.close(self.source_fd)
@@ -118,11 +121,14 @@ def host_path(root: str, inner: str) -> str:
 
 
 class _Dir:
-    """One directory of the source root, listed once: name -> lstat result."""
+    """One directory of the source root, listed once: name -> lstat result. Its fd stays
+    open (Roots closes it) for reading the links in it."""
 
     def __init__(self, root_fd: int, path: str) -> None:
         self.path = path
         self.entries: dict[str, os.stat_result] = {}
+        self.fd = -1
+        self.real = ""  # the directory's canonical host path
         try:
             fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
@@ -131,8 +137,29 @@ class _Dir:
             with os.scandir(fd) as it:
                 for entry in it:
                     self.entries[entry.name] = entry.stat(follow_symlinks=False)
-        finally:
+            self.real = os.readlink(securepath.fd_path(fd))
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd
+
+    def sibling_file(self, name: str) -> str | None:
+        """For a symlink `name` here whose target is a plain name of a regular file in this
+        same directory (a soname link): that file's canonical host path, known from the
+        listing without resolving anything; else None (resolve it inside the root)."""
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            return None
+        st = self.entries.get(target)
+        if "/" in target or st is None or not stat.S_ISREG(st.st_mode):
+            return None
+        return f"{self.real}/{target}"
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def match(self, pattern: str) -> list[str]:
         if not _is_glob(pattern):
@@ -295,6 +322,10 @@ class _LibraryFinder:
             if stat.S_ISREG(mode):
                 found.append(_Candidate(name, f"{directory}/{name}", False))
             elif stat.S_ISLNK(mode):
+                sibling = listing.sibling_file(name)
+                if sibling is not None:  # the common soname link: no resolution needed
+                    found.append(_Candidate(name, _in_root(self.roots.source_real, sibling), True))
+                    continue
                 final = _final(self.roots.source_fd, f"{directory}/{name}")
                 if final is None:
                     where = host_path(self.roots.source_root, f"{directory}/{name}")
