@@ -35,8 +35,12 @@ def _check(result: int, what: str) -> int:
 
 
 def _prctl(option: int, arg: int = 0) -> int:
+    # prctl is variadic: every argument as a full unsigned long (the kernel wants the unused
+    # ones zero, all 64 bits of them).
+    zero = ctypes.c_ulong(0)
     return _check(
-        linux.libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})"
+        linux.libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), zero, zero, zero),
+        f"prctl({option})",
     )
 
 
