@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from ocihook import linux, mountinfo, securepath
+from ocihook import atomic, linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
 from ocihook.plan import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
@@ -471,42 +471,31 @@ class ContainerWriter:
 
     def replace_file(self, dir_fd: int, path: str, data: bytes, mode: int = 0o644) -> None:
         """Replace the file `path` (in the directory `dir_fd`, resolved in the root) with
-        `data`, atomically: a temporary file created there by fd, owned by the container's
-        root, labelled like everything the hook creates, renamed over `path`. Not synced: the
-        file is rewritten at every start, a torn one after a crash is refused by the next
-        start's parser (which then runs ldconfig), and podman's overlays are fsync=volatile
-        anyway. Refused on a file system the host shares; nothing is left behind on failure."""
+        `data` (atomic.replace_at): the temporary file created by fd as the container's root,
+        given `mode` and labelled like everything the hook creates, then renamed over `path`.
+        Not synced: the file is rewritten at every start, a torn one after a crash is refused
+        by the next start's parser (which then runs ldconfig), and podman's overlays are
+        fsync=volatile anyway. Refused on a file system the host shares; nothing is left
+        behind on failure."""
         self._may_create_in(dir_fd, path)
-        name = path.rsplit("/", 1)[-1]
-        temp = f".{name}.ocihook-{os.getpid()}-{os.urandom(4).hex()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        opened: list[int] = []
+
+        def open_temp(temp: str) -> int:
+            opened: list[int] = []
+            self._as_owner(
+                lambda: opened.append(os.open(temp, atomic.TEMP_FLAGS, 0o600, dir_fd=dir_fd))
+            )
+            return opened[0]
+
+        def finish(fd: int, temp: str) -> None:
+            os.fchmod(fd, mode)
+            problem = label_at(dir_fd, temp, self.label) if self.label else None
+            if problem:
+                raise OcihookError(f"container {path}: {problem}")
+
         try:
-            self._as_owner(lambda: opened.append(os.open(temp, flags, 0o600, dir_fd=dir_fd)))
+            atomic.replace_at(dir_fd, path.rsplit("/", 1)[-1], data, open_temp, finish)
         except OSError as error:
             raise OcihookError(f"container {path}: {describe(error)}") from None
-        fd = opened[0]
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)
-                if self.label:
-                    problem = label_at(dir_fd, temp, self.label)
-                    if problem:
-                        raise OcihookError(f"container {path}: {problem}")
-            finally:
-                os.close(fd)
-            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException as error:
-            try:
-                os.unlink(temp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            if isinstance(error, OSError):
-                raise OcihookError(f"container {path}: {describe(error)}") from None
-            raise
 
     def _parent(self, path: str) -> tuple[int, str]:
         """(fd of the parent directory, created if missing; cached, do not close), name."""

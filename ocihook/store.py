@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ocihook import atomic
 from ocihook.errors import OcihookError, describe
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -104,34 +105,10 @@ def read_file(dir_fd: int, name: str, limit: int) -> bytes | None:
 def write_file(dir_fd: int, dir_path: str, name: str, data: bytes, what: str) -> None:
     """Atomically replace `name` in the directory with `data` (mode 0600); the temporary file
     never survives a failure. OcihookError names the file and the cause."""
-    tmp = f".{name}.{os.getpid()}.tmp"
-    path = os.path.join(dir_path, name)
     try:
-        fd = os.open(
-            tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
+        atomic.replace_at(
+            dir_fd, name, data, lambda temp: os.open(temp, atomic.TEMP_FLAGS, 0o600, dir_fd=dir_fd)
         )
     except OSError as error:
+        path = os.path.join(dir_path, name)
         raise OcihookError(f"{what} {path}: cannot write: {describe(error)}") from None
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException as error:
-        _unlink(dir_fd, tmp)
-        if isinstance(error, OSError):
-            raise OcihookError(f"{what} {path}: cannot write: {describe(error)}") from None
-        raise
-
-
-def _unlink(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
