@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.support import fake_hosts, synthetic
+from tests.support.plans import golden_text, run_plan
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden"
@@ -31,17 +32,8 @@ def write_config(tmp_path: Path, tree: str, **extra) -> tuple[Path, Path]:
     return config, root
 
 
-def plan(config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-
-
 def plan_json(config: Path, devices: str) -> dict:
-    result = plan(config, "--json", "--devices", devices)
+    result = run_plan(config, "--json", "--devices", devices)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -56,13 +48,11 @@ def indices(config: Path, devices: str = "all") -> dict[int, tuple[str, list[str
 @pytest.mark.parametrize("tree", sorted(fake_hosts.TREES))
 def test_plan_matches_golden(tree, tmp_path):
     config, root = write_config(tmp_path, tree)
-    result = plan(config, "--devices", "all")
+    result = run_plan(config, "--devices", "all")
     assert result.returncode == 0, result.stderr
     text = result.stdout.replace(str(root), "<root>")
     golden = GOLDEN / f"plan-devices-{tree}.txt"
-    if os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1":
-        golden.write_text(text)
-    assert text == golden.read_text()
+    assert text == golden_text(golden, text)
 
 
 @pytest.mark.root
@@ -132,7 +122,7 @@ def test_select_by_pci_address_node_name_and_mixed(tmp_path, request_, expected)
 @pytest.mark.root
 def test_selection_errors_name_what_exists(tmp_path, request_, message):
     config, _ = write_config(tmp_path, "amd-server")
-    result = plan(config, "--devices", request_)
+    result = run_plan(config, "--devices", request_)
     assert result.returncode == 1
     assert result.stderr.startswith(message), result.stderr
 
@@ -200,7 +190,7 @@ def test_sysfs_links_resolve_inside_the_device_root(tmp_path):
 @pytest.mark.root
 def test_no_devices_of_the_kind_is_an_empty_list(tmp_path):
     config, _ = write_config(tmp_path, "rdma", profile="amd")
-    result = plan(config, "--devices", "0")
+    result = run_plan(config, "--devices", "0")
     assert result.returncode == 1
     assert "device index 0 does not exist (available: none)" in result.stderr
 
@@ -220,7 +210,7 @@ def test_profile_schema_rejects_inconsistent_devices(tmp_path, devices, message)
     config.write_text(
         yaml.safe_dump({"profile": {"name": "x", "devices": devices}, "source_root": "/"})
     )
-    result = plan(config)
+    result = run_plan(config)
     assert result.returncode == 1
     assert message in result.stderr, result.stderr
     assert result.stderr.startswith("ocihook: config")

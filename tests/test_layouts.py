@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.support import hosts, synthetic
+from tests.support.plans import golden_text, run_plan
 
 pytestmark = pytest.mark.root
 
@@ -31,12 +32,7 @@ def plan(
 ) -> subprocess.CompletedProcess:
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(synthetic.config(root, profile=profile)))
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    return run_plan(config, *args)
 
 
 def plan_json(root: Path, *args: str, tmp: Path, **kwargs) -> dict:
@@ -68,9 +64,7 @@ def test_golden_plan(layout, tmp_path):
     assert result.returncode == 0, result.stderr
     text = result.stdout.replace(str(root), "<root>")
     golden = GOLDEN / f"{layout}.txt"
-    if os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1":
-        golden.write_text(text)
-    assert text == golden.read_text()
+    assert text == golden_text(golden, text)
     assert max(len(line) for line in text.splitlines()) <= 100
 
 

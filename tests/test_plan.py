@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import synthetic
+from tests.support import hosts, synthetic
+from tests.support.plans import golden_text, run_plan
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/plan-nvidia.json"
@@ -70,29 +69,13 @@ def nvidia_tree(root: Path) -> Path:
         (root / f"lib/firmware/nvidia/{NVIDIA_VERSION}" / name).write_bytes(b"fw")
     (root / "lib/firmware/nvidia/535.0.0").mkdir()
     (root / "lib/firmware/nvidia/535.0.0/gsp_ga10x.bin").write_bytes(b"old driver's firmware")
-    for name, (major, minor) in {
-        "nvidia0": (195, 0),
-        "nvidia1": (195, 1),
-        "nvidiactl": (195, 255),
-        "nvidia-uvm": (510, 0),
-        "nvidia-uvm-tools": (510, 1),
-        "nvidia-modeset": (195, 254),
-    }.items():
+    for name, (major, minor) in hosts.NODES.items():
         os.mknod(root / "dev" / name, 0o666 | 0o020000, os.makedev(major, minor))
         os.chmod(root / "dev" / name, 0o666)
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(root / "run/nvidia-persistenced/socket"))
     sock.close()
     return root
-
-
-def run_plan(config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
 
 
 @pytest.fixture
@@ -110,9 +93,7 @@ def test_nvidia_plan_matches_golden(nvidia_config, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     text = result.stdout.replace(str(tmp_path / "driver"), "<source>")
-    if os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(text)
-    assert json.loads(text) == json.loads(GOLDEN.read_text())
+    assert json.loads(text) == json.loads(golden_text(GOLDEN, text))
 
 
 @pytest.mark.root

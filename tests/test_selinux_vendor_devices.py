@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import stat
-import subprocess
-import sys
 
 import pytest
 import setools
@@ -24,7 +22,8 @@ import setools
 import selinux
 from tests.policy_build import build_linked_policy, linked_file_contexts
 from tests.support import fake_hosts
-from tests.test_devices_plan import REPO, write_config
+from tests.support.plans import run_plan
+from tests.test_devices_plan import write_config
 from tests.test_selinux_policy import DEVICE_USE, TUNABLE, allowed
 
 pytestmark = pytest.mark.root
@@ -90,12 +89,7 @@ def test_every_planned_node_is_usable_by_a_container(tree, tmp_path, policy, typ
     """The nodes `ocihook plan` lists for the tree, looked up in the linked file contexts,
     are usable by container_t: ours always, the vendors' with the tunable on."""
     config, _ = write_config(tmp_path, tree)
-    result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    result = run_plan(config, "--json")
     assert result.returncode == 0, result.stderr
     paths = [d["path"] for d in json.loads(result.stdout)["devices"]]
     assert paths
