@@ -108,9 +108,10 @@ def open_ldconfig(path: str) -> int:
     except OSError as error:
         raise OcihookError(f"ldconfig {path}: {error.strerror}") from None
     try:
-        problem = _not_static_elf(fd)
-        if problem is None and not os.fstat(fd).st_mode & 0o111:
-            problem = f"not executable (mode {stat.S_IMODE(os.fstat(fd).st_mode):04o})"
+        mode = os.fstat(fd).st_mode
+        problem = _not_static_elf(fd, mode)
+        if problem is None and not mode & 0o111:
+            problem = f"not executable (mode {stat.S_IMODE(mode):04o})"
     except OSError as error:
         problem = error.strerror
     if problem:
@@ -119,11 +120,12 @@ def open_ldconfig(path: str) -> int:
     return fd
 
 
-def _not_static_elf(fd: int) -> str | None:
-    """Why the file at `fd` is not a static ELF executable (None when it is one)."""
+def _not_static_elf(fd: int, mode: int) -> str | None:
+    """Why the file at `fd` (of st_mode `mode`) is not a static ELF executable (None when it
+    is one)."""
     import struct
 
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    if not stat.S_ISREG(mode):
         return "not a regular file"
     header = os.pread(fd, 64, 0)
     if len(header) < 64 or header[:4] != b"\x7fELF":
