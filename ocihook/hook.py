@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import sys
 
+from ocihook import rootless
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, from_os_error
 from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
@@ -64,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
+    namespace = rootless.current()
+    if namespace.rootless:  # the hook of a rootless container: the user's own dirs
+        cache_dir = rootless.cache_dir(namespace)
     config = load_config(config_path, cache_dir)
+    if namespace.rootless:
+        config["state_dir"] = rootless.user_dir(namespace)
     if state["status"] == "stopped":
         from ocihook.record import finish_record
 

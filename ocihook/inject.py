@@ -6,7 +6,7 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, ldcache, privileges, record
+from ocihook import apply, cgroups, ldcache, privileges, record, rootless
 from ocihook.devices import available_devices
 from ocihook.discover import Roots, build_plan
 from ocihook.errors import OcihookError, describe
@@ -119,7 +119,11 @@ def _raise_fd_limit() -> None:
 def _inject(container: Container, config: dict, request: DeviceRequest, log: record.Log) -> dict:
     _raise_fd_limit()
     label = file_label(config, container)
-    strategy = "bind" if container.userns else "mknod"
+    # Rootless (the hook runs in the user's namespace): no mknod, no device cgroup edit.
+    namespace = rootless.current()
+    strategy = "bind" if container.userns or namespace.rootless else "mknod"
+    if namespace.rootless:
+        rootless.check_runtime_dir(namespace)
     api = apply.mount_api(config["mount_api"])
     with Roots(config["source_root"], config["device_root"]) as roots:
         plan = plan_for(config, roots, request)
@@ -138,15 +142,28 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
                 ldcache.open_ldconfig(config["ldconfig"]["path"]) if plan.ldconfig else None
             )
             state_fd = record.open_state_dir(config["state_dir"])
-            target = cgroups.find_container_cgroup(container.pid, container.cgroups_path)
-            edits = cgroups.allow_devices(target, device_rules(plan))
-            log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
+            target, edits = None, []
+            if not namespace.rootless:
+                target = cgroups.find_container_cgroup(container.pid, container.cgroups_path)
+                edits = cgroups.allow_devices(target, device_rules(plan))
+                log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
             try:
                 plan, trees, ld_cache = _apply_in_container(
-                    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
+                    container,
+                    config,
+                    plan,
+                    trees,
+                    node_trees,
+                    label,
+                    ldconfig_fd,
+                    log,
+                    api,
+                    roots,
+                    strategy,
                 )
             except BaseException:
-                _undo_cgroup(target, edits, log, container.id)
+                if target is not None:
+                    _undo_cgroup(target, edits, log, container.id)
                 raise
         finally:
             apply.close_trees(trees)
@@ -158,6 +175,8 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
         f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
     )
     body = _record(container, plan, trees, source_labels, label, edits, ld_cache)
+    if namespace.rootless:
+        body["rootless"] = {"host_uid": namespace.host_uid, "device_cgroup": "unchanged"}
     try:
         record.write_record(state_fd, config["state_dir"], container.id, body)
         settings = config["records"]
@@ -178,7 +197,7 @@ def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
 
 
 def _apply_in_container(
-    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
+    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots, strategy
 ):
     """Everything done inside the container's mount namespace: probe the image's library
     dir, finalize the plan (pure), then execute it. With the classic mount API the sources
@@ -190,7 +209,6 @@ def _apply_in_container(
         lib_dir = config["container"]["lib_dir"]
         if lib_dir == "auto":
             lib_dir = apply.detect_lib_dir(root_fd)
-        strategy = "bind" if container.userns else "mknod"
         final = finalize(plan, lib_dir, apply.lib_dir32_for(lib_dir), strategy, label)
         if not api.on_host:
             trees.extend(api.sources(plan, roots))

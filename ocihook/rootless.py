@@ -1,0 +1,233 @@
+"""Rootless podman: the hook runs as root of the user's user namespace, with that user's rights.
+
+Decided by the hook's own process, never by the container: in the initial user namespace,
+where root podman and CRI-O run hooks, /proc/self/uid_map is the identity map
+("0 0 4294967295"); anything else means a user namespace, and the host user mapped to the
+hook's uid 0 is the user it acts for. Nothing in config.json or the state can change the
+uid_map of the runtime's child. What differs then (README "Rootless podman"):
+
+- device nodes are bind-mounted from the host (no mknod in a user namespace);
+- the device cgroup is left alone: on cgroup v1 only host root may write devices.allow, on
+  v2 attaching a BPF device program needs CAP_SYS_ADMIN in the initial namespace, so device
+  access is what the host node's permissions give the user;
+- records in /run/user/<uid>/ocihook, the config cache in /run/user/<uid>/ocihook/cache
+  (the hook gets the hooks.d file's `env`, not the user's: the uid comes from uid_map);
+- the trust rule for the config and the profile (`trust_problem`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from ocihook.errors import OcihookError, describe
+from ocihook.slots import Struct
+
+UID_MAP = "/proc/self/uid_map"
+OVERFLOW_UID = "/proc/sys/kernel/overflowuid"
+IDENTITY = ((0, 0, 4294967295),)  # the initial user namespace
+RUNTIME_ROOT = "/run/user"  # /run/user/<uid>: the user's runtime dir (systemd-logind's)
+CDI_ROUTE = (
+    "without the hook, as root: ocihook cdi generate --output /etc/cdi, then "
+    "podman run --device ocihook.io/PROFILE=all"
+)
+
+
+class Namespace(Struct):
+    """The hook process's user namespace."""
+
+    __slots__ = ("rootless", "uid_map", "host_uid", "overflow_uid")
+    rootless: bool  # not the initial user namespace
+    uid_map: tuple  # ((inside, outside, count), ...) as /proc/self/uid_map lists it
+    host_uid: int | None  # the outside uid of the hook's euid (the rootless user)
+    overflow_uid: int  # what every unmapped uid shows as inside the namespace
+
+
+def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
+    """/proc/<pid>/uid_map (or gid_map) as ((inside, outside, count), ...); ValueError
+    when a line is not three numbers."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+            raise ValueError(f"not 'inside outside count': {line.strip()!r:.60}")
+        rows.append((int(fields[0]), int(fields[1]), int(fields[2])))
+    return tuple(rows)
+
+
+def outside_id(id_map: tuple, inside: int) -> int | None:
+    """The outside id that `inside` maps to, or None when it is not mapped."""
+    for first, outside, count in id_map:
+        if first <= inside < first + count:
+            return outside + inside - first
+    return None
+
+
+def _read_small(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536).decode("ascii")
+    finally:
+        os.close(fd)
+
+
+def detect(uid_map_path: str = UID_MAP, overflow_path: str = OVERFLOW_UID) -> Namespace:
+    """Read the hook's own uid_map. A kernel built without user namespaces has no uid_map
+    file (then there is only the initial one); any other failure is an error: guessing
+    "root" in a user namespace would apply the wrong trust rule."""
+    try:
+        id_map = parse_id_map(_read_small(uid_map_path))
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            id_map = IDENTITY
+        else:
+            raise OcihookError(
+                f"cannot tell whether the hook runs in a user namespace: {uid_map_path}: "
+                "/proc is not mounted"
+            ) from None
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        cause = describe(error) if isinstance(error, OSError) else str(error)
+        raise OcihookError(
+            f"cannot tell whether the hook runs in a user namespace: {uid_map_path}: {cause}"
+        ) from None
+    if id_map == IDENTITY:
+        return Namespace(False, id_map, None, 65534)
+    try:
+        overflow = int(_read_small(overflow_path).strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        overflow = 65534  # the kernel's default
+    return Namespace(True, id_map, outside_id(id_map, os.geteuid()), overflow)
+
+
+_CURRENT: list[Namespace] = []
+
+
+def current() -> Namespace:
+    """This process's namespace, read once."""
+    if not _CURRENT:
+        _CURRENT.append(detect())
+    return _CURRENT[0]
+
+
+# ---------------------------------------------------------------------------
+# Per-user dirs
+
+
+def user_dir(ns: Namespace) -> str:
+    """Where a rootless hook keeps records: /run/user/<host uid>/ocihook."""
+    if ns.host_uid is None:
+        raise OcihookError(
+            f"rootless: the hook's uid {os.geteuid()} has no host uid in {UID_MAP}; {CDI_ROUTE}"
+        )
+    return f"{RUNTIME_ROOT}/{ns.host_uid}/ocihook"
+
+
+def cache_dir(ns: Namespace) -> str:
+    """Where a rootless hook keeps the compiled config: <user_dir>/cache."""
+    return user_dir(ns) + "/cache"
+
+
+def check_runtime_dir(ns: Namespace, root: str = RUNTIME_ROOT) -> None:
+    """The user's runtime dir /run/user/<uid> exists, is the user's (uid 0 in the
+    namespace) and nobody else may write it; OcihookError (one line, with the CDI route)
+    otherwise. The hook creates <it>/ocihook 0700 itself; it cannot create /run/user/<uid>."""
+    path = f"{root}/{ns.host_uid}"
+    try:
+        st = os.lstat(path)
+    except OSError as error:
+        raise OcihookError(
+            f"rootless: records go to {path}/ocihook, but {path} {describe(error)} (systemd-"
+            "logind makes it at login; for a user without a session: loginctl enable-linger "
+            f"USER); {CDI_ROUTE}"
+        ) from None
+    problem = None
+    if not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != os.geteuid():
+        problem = f"is not the user's (owner {_owner(ns, st.st_uid)})"
+    elif st.st_mode & 0o022:
+        problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem:
+        raise OcihookError(f"rootless: the user's runtime dir {path} {problem}; {CDI_ROUTE}")
+
+
+# ---------------------------------------------------------------------------
+# Trust rule
+
+
+def _owner(ns: Namespace, uid: int) -> str:
+    if uid == ns.overflow_uid:
+        return f"uid {uid}, unmapped or mapped"
+    host = outside_id(ns.uid_map, uid)
+    return f"uid {uid}, host uid {host}" if host is not None else f"uid {uid}"
+
+
+def _problem(ns: Namespace, path: str, st: os.stat_result) -> str | None:
+    if st.st_uid != ns.overflow_uid:
+        return (
+            f"owned by {_owner(ns, st.st_uid)} of the user namespace, which the user's "
+            "containers may act as"
+        )
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return _mapped_owner(path)
+
+
+def _mapped_owner(path: str) -> str | None:
+    """An unmapped owner and a mapped uid that happens to be the overflow uid (rootless
+    podman maps 65534 to a subordinate uid) look the same in a stat. The kernel tells them
+    apart without changing anything: O_NOATIME is refused (EPERM) unless the caller owns
+    the file or has CAP_FOWNER over its owner, which the namespace's root has for every uid
+    the namespace maps (inode_owner_or_capable)."""
+    flags = os.O_RDONLY | os.O_NOATIME | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        os.close(os.open(path, flags))
+    except PermissionError as error:
+        if error.errno == errno.EPERM:
+            return None  # not ours to own: an owner outside the namespace
+        return "not readable, so its owner cannot be told from a uid the namespace maps"
+    except OSError as error:
+        return f"not checkable: {describe(error)}"
+    return "owned by a uid the user namespace maps (shown as the overflow uid)"
+
+
+def trust_problem(ns: Namespace, path: str, st: os.stat_result) -> str | None:
+    """Why a rootless hook may not use the config or profile `path` (whose stat is `st`),
+    or None. Inside the user namespace every uid it does not map shows as the overflow uid
+    (65534), host root included: the file and every parent directory must be owned by such
+    an unmapped user (never one the namespace maps: the user, whose uid is the containers'
+    root, or a subordinate uid), not be writable by group or others, and not be writable
+    by the namespace's root."""
+    problem = _problem(ns, path, st)
+    if problem:
+        return f"rootless: {problem}; the hook trusts only files of users outside it; {CDI_ROUTE}"
+    for directory in _parents(path):
+        try:
+            dst = os.stat(directory)
+        except OSError as error:
+            return f"rootless: parent {directory}: {describe(error)}"
+        problem = _problem(ns, directory, dst)
+        if problem:
+            return (
+                f"rootless: parent {directory} is {problem}; the hook trusts only files of "
+                f"users outside it, in directories only they can write; {CDI_ROUTE}"
+            )
+    return None
+
+
+def _parents(path: str) -> list[str]:
+    """Every directory whose writer could change what `path` opens: the parents of the path
+    as written (each symlink on it lives in one) and of the path it resolves to."""
+    result: list[str] = []
+    for start in (os.path.abspath(path), os.path.realpath(path)):
+        directory = os.path.dirname(start)
+        while directory not in result:
+            result.append(directory)
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                break
+            directory = parent
+    return result
