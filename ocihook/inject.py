@@ -130,6 +130,8 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
         log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
         for warning in plan.warnings:
             log.info(f"{container.id}: warning: {warning}")
+        if namespace.rootless:
+            rootless.check_nodes(namespace, plan.devices, roots.device_fd, container.annotations)
         source_labels = check_source_labels(plan, config, log) if label else {}
         # New mount API: clone the sources on the host now. Classic API: open them in the
         # container's mount namespace later (a bind mount cannot cross namespaces).

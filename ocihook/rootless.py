@@ -26,6 +26,9 @@ from ocihook.slots import Struct
 
 UID_MAP = "/proc/self/uid_map"
 OVERFLOW_UID = "/proc/sys/kernel/overflowuid"
+OVERFLOW_GID = "/proc/sys/kernel/overflowgid"
+POSIX_ACL = "system.posix_acl_access"
+KEEP_GROUPS = "run.oci.keep_original_groups"  # podman --group-add keep-groups (crun)
 IDENTITY = ((0, 0, 4294967295),)  # the initial user namespace
 RUNTIME_ROOT = "/run/user"  # /run/user/<uid>: the user's runtime dir (systemd-logind's)
 CDI_ROUTE = (
@@ -37,11 +40,12 @@ CDI_ROUTE = (
 class Namespace(Struct):
     """The hook process's user namespace."""
 
-    __slots__ = ("rootless", "uid_map", "host_uid", "overflow_uid")
+    __slots__ = ("rootless", "uid_map", "host_uid", "overflow_uid", "overflow_gid")
     rootless: bool  # not the initial user namespace
     uid_map: tuple  # ((inside, outside, count), ...) as /proc/self/uid_map lists it
     host_uid: int | None  # the outside uid of the hook's euid (the rootless user)
     overflow_uid: int  # what every unmapped uid shows as inside the namespace
+    overflow_gid: int  # and every unmapped gid
 
 
 def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
@@ -74,7 +78,14 @@ def _read_small(path: str) -> str:
         os.close(fd)
 
 
-def detect(uid_map_path: str = UID_MAP, overflow_path: str = OVERFLOW_UID) -> Namespace:
+def _overflow(path: str) -> int:
+    try:
+        return int(_read_small(path).strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return 65534  # the kernel's default
+
+
+def detect(uid_map_path: str = UID_MAP) -> Namespace:
     """Read the hook's own uid_map. A kernel built without user namespaces has no uid_map
     file (then there is only the initial one); any other failure is an error: guessing
     "root" in a user namespace would apply the wrong trust rule."""
@@ -94,12 +105,9 @@ def detect(uid_map_path: str = UID_MAP, overflow_path: str = OVERFLOW_UID) -> Na
             f"cannot tell whether the hook runs in a user namespace: {uid_map_path}: {cause}"
         ) from None
     if id_map == IDENTITY:
-        return Namespace(False, id_map, None, 65534)
-    try:
-        overflow = int(_read_small(overflow_path).strip())
-    except (OSError, ValueError, UnicodeDecodeError):
-        overflow = 65534  # the kernel's default
-    return Namespace(True, id_map, outside_id(id_map, os.geteuid()), overflow)
+        return Namespace(False, id_map, None, 65534, 65534)
+    host_uid = outside_id(id_map, os.geteuid())
+    return Namespace(True, id_map, host_uid, _overflow(OVERFLOW_UID), _overflow(OVERFLOW_GID))
 
 
 _CURRENT: list[Namespace] = []
@@ -231,3 +239,61 @@ def _parents(path: str) -> list[str]:
                 break
             directory = parent
     return result
+
+
+# ---------------------------------------------------------------------------
+# Device nodes
+
+
+def device_problem(
+    ns: Namespace, path: str, st: os.stat_result, access: str, has_acl: bool, keeps_groups: bool
+) -> str | None:
+    """Why a rootless container cannot open the host node `path` (its stat `st`) for
+    `access`, or None when it may. Without a device cgroup rule and without mknod, the
+    node's own permissions decide, and a rootless container (runc) holds none of the user's
+    host groups: it opens a node through its "other" bits, or as a uid or gid the namespace
+    maps (the user's own, e.g.). An ACL may let the user in (logind's uaccess): not judged."""
+    want = (0o4 if "r" in access else 0) | (0o2 if "w" in access else 0)
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & want == want or has_acl or keeps_groups:
+        return None
+    if st.st_uid != ns.overflow_uid or st.st_gid != ns.overflow_gid:
+        return None  # a uid or gid of the namespace: the container may be it
+    return (
+        f"rootless: device {path} ({os.major(st.st_rdev)}:{os.minor(st.st_rdev)}, mode "
+        f"{mode:04o}) opens only for its owner and group, both outside the user namespace: a "
+        "rootless container holds none of the user's host groups (crun's --group-add "
+        "keep-groups excepted), and only host root can allow a device by cgroup or node; "
+        'let the user open it on the host (udev: MODE="0666" or TAG+="uaccess"), or use '
+        "root podman"
+    )
+
+
+def check_nodes(ns: Namespace, devices: list, device_fd: int, annotations: dict) -> None:
+    """OcihookError (one line) for the first planned node (plan.DeviceNode) a rootless
+    container could not open; before anything is changed."""
+    from ocihook import securepath  # ctypes: not on the hook's no-request path
+
+    keeps_groups = annotations.get(KEEP_GROUPS) in ("1", "true")
+    for node in devices:
+        try:
+            fd = securepath.resolve(device_fd, node.path)
+        except OSError:
+            continue  # the clone names the cause
+        try:
+            problem = device_problem(
+                ns, node.host_path, os.fstat(fd), node.access, node_acl(fd), keeps_groups
+            )
+        finally:
+            os.close(fd)
+        if problem:
+            raise OcihookError(problem)
+
+
+def node_acl(fd: int) -> bool:
+    """Whether the node open at `fd` (O_PATH) carries a POSIX ACL."""
+    try:
+        os.getxattr(f"/proc/self/fd/{fd}", POSIX_ACL)
+    except OSError:
+        return False
+    return True

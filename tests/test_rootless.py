@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import struct
 import subprocess
 
 from tests.support import rootless, synthetic
@@ -111,19 +112,60 @@ def test_rootless_sandboxed_ldconfig_and_classic_mounts(rootless_setup, rootless
     assert result.record()["ld_cache"] == "ldconfig"
 
 
+def _acl(uid: int) -> bytes:
+    """A POSIX ACL (the kernel's xattr format, version 2) giving `uid` read-write and
+    nobody else anything: user::rw, user:UID:rw, group::-, mask::rw, other::-."""
+    entries = [(0x01, 6, 0xFFFFFFFF), (0x02, 6, uid), (0x04, 0, 0xFFFFFFFF)]
+    entries += [(0x10, 6, 0xFFFFFFFF), (0x20, 0, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
 def test_rootless_nodes_keep_host_permissions(rootless_setup, rootless_image_rhel):
-    """No device cgroup and no mknod: a node the user may not open on the host stays shut in
-    the container (host root's 0600 here, standing in for a group-only node such as a
-    render node: a rootless container holds none of the user's host groups under runc)."""
+    """No device cgroup and no mknod: the host node's permissions decide. Host root's 0600,
+    and a node of a host group the user is in (as video or render are), are refused before
+    anything is changed, in one line: a rootless container holds none of the user's host
+    groups under runc (`--group-add keep-groups` passes the hook, and the open still
+    fails). The user's own group, and an ACL naming the user, open."""
     node = rootless_setup.synth_root / "dev" / "synth0"
-    os.chmod(node, 0o600)
-    try:
-        result = rootless_setup.run(rootless_image_rhel, [SMI, "/dev/synth0"], devices="0")
-    finally:
-        os.chmod(node, 0o666)
-    assert result.returncode != 0
+    user = rootless_setup.user
+    group = rootless.ensure_group(user)
+    cases = {
+        "root-only": (0, 0, 0o600, None, []),
+        "host-group": (0, group, 0o660, None, []),
+        "keep-groups": (0, group, 0o660, None, ["--group-add", "keep-groups"]),
+        "users-group": (0, user.gid, 0o660, None, []),
+        "acl": (0, 0, 0o600, _acl(user.uid), []),
+    }
+    results = {}
+    for case, (uid, gid, mode, acl, extra) in cases.items():
+        os.chown(node, uid, gid)
+        os.chmod(node, mode)
+        if acl:
+            os.setxattr(node, "system.posix_acl_access", acl)
+        try:
+            result = rootless_setup.run(rootless_image_rhel, [SMI, "/dev/synth0"], "0", extra=extra)
+            on_host = user.run("/bin/sh", "-c", f"exec 3<>{node}").returncode  # the user's
+            results[case] = (result, on_host)
+        finally:
+            if acl:
+                os.removexattr(node, "system.posix_acl_access")
+            os.chown(node, 0, 0)
+            os.chmod(node, 0o666)
+    for case, mode, user_may in (("root-only", "0600", False), ("host-group", "0660", True)):
+        refused, on_host = results[case]
+        assert refused.returncode != 0 and (on_host == 0) == user_may, case
+        assert refused.record() is None
+        (line,) = ocihook_lines(refused.stderr)
+        assert f"rootless: device {node} (" in line and f"mode {mode}" in line, line
+        assert "holds none of the user's host groups" in line
+    result, on_host = results["keep-groups"]
+    assert on_host == 0 and result.returncode != 0, result.stderr
     assert "cannot open /dev/synth0: Permission denied" in result.stdout
-    assert result.record() is not None  # the hook did its part
+    for case in ("users-group", "acl"):
+        result, on_host = results[case]
+        assert result.returncode == 0, (case, result.stderr)
+        assert synthetic.opened("synth0") in result.stdout
+        assert on_host == 0
 
 
 def _refused(setup, image) -> rootless.RootlessRun:

@@ -136,6 +136,18 @@ def ensure_user(name: str = USER) -> User:
     return user
 
 
+def ensure_group(user: User, name: str = f"{USER}-dev") -> int:
+    """A host group `user` belongs to (a supplementary one, as video or render are), created
+    when missing; its gid."""
+    import grp
+
+    subprocess.run(["groupadd", "-f", name], check=True, capture_output=True)
+    group = grp.getgrnam(name)
+    if user.name not in group.gr_mem:
+        subprocess.run(["usermod", "-aG", name, user.name], check=True, capture_output=True)
+    return group.gr_gid
+
+
 def import_image(user: User, root: Path, name: str) -> str:
     """`podman import` the tree into the user's store as localhost/NAME:latest."""
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
