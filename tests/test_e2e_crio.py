@@ -17,6 +17,7 @@ machine's own are left alone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -259,7 +260,11 @@ def test_installer_registration_with_the_docs_drop_in_is_what_crio_runs(
             (f"{node}/opt/ocihook/bin/ocihook-hook", ["ocihook-hook", "--config", config])
         ]
         assert opened(device_nodes(synth_root)[0][1]) in pod.logs(container).stdout
-        assert (installed / "state" / f"{container}.json").exists()
+        record = installed / "state" / f"{container}.json"
+        assert json.loads(record.read_text())["status"] == "running"
+        pod.stop()
+        pod.remove()  # poststop, by the installed hook too
+        assert json.loads(record.read_text())["status"] == "exited"
         assert crio_setup.records() == {}  # the test's own registration did not run
     finally:
         offset = crio.log_offset()
