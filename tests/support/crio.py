@@ -243,6 +243,30 @@ enable_nri = false
             time.sleep(0.2)
         raise AssertionError(f"crio's log never said {text!r}: {self.log_tail()}")
 
+    def sync_hooks(self, directory: Path) -> None:
+        """Until crio has re-read its hooks dirs after every change made so far: a reload
+        that found a new sentinel file in `directory` read the dirs as they are now (crio
+        reloads on each change, in order; "added hook" for an older file could be an earlier
+        reload's). The sentinel's hook never matches a container; it is removed after."""
+        sentinel = directory / f"zz-sync-{uuid.uuid4().hex[:12]}.json"
+        temporary = directory / f".{sentinel.name}.tmp"  # no .json suffix: crio skips it
+        temporary.write_text(
+            json.dumps(
+                {
+                    "version": "1.0.0",
+                    "hook": {"path": "/bin/true"},
+                    "when": {"annotations": {"^ocihook-test/never$": "^never$"}},
+                    "stages": ["prestart"],
+                }
+            )
+        )
+        offset = self.log_offset()
+        temporary.rename(sentinel)
+        try:
+            self.wait_for_log(f"added hook {sentinel}", offset)
+        finally:
+            sentinel.unlink()
+
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
