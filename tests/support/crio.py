@@ -275,7 +275,10 @@ enable_nri = false
         undone by force (empty when crio cleaned up after itself)."""
         forced: list[str] = []
         if self.process is not None and self.process.poll() is None:
-            self.crictl("rmp", "--force", "--all")
+            try:
+                self.crictl("rmp", "--force", "--all")
+            except subprocess.TimeoutExpired:
+                forced.append("crictl rmp --all timed out")
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=60)
