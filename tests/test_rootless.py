@@ -292,9 +292,7 @@ def test_rootless_trust_rule_inside_the_namespace(rootless_setup, tmp_path):
             "out['ns'] = [ns.rootless, ns.host_uid]\n"
             "print(json.dumps(out))\n"
         )
-        result = rootless_setup.user.run(
-            "podman", "unshare", rootless.HOOK_PYTHON, "-I", "-c", script
-        )
+        result = rootless_setup.user.unshare(rootless.HOOK_PYTHON, "-I", "-c", script)
         assert result.returncode == 0, result.stderr
         out = json.loads(result.stdout.strip().splitlines()[-1])
     finally:
@@ -340,7 +338,7 @@ def test_rootless_runtime_dir_must_be_the_users(rootless_setup, tmp_path):
             "    except OcihookError as error:\n"
             "        print(case, error)\n"
         )
-        result = user.run("podman", "unshare", rootless.HOOK_PYTHON, "-I", "-c", script)
+        result = user.unshare(rootless.HOOK_PYTHON, "-I", "-c", script)
         assert result.returncode == 0, result.stderr
         for line in result.stdout.splitlines():
             case, _, message = line.partition(" ")

@@ -1,14 +1,15 @@
 """Hostile images in rootless containers: the attacks of test_attacks_rootfs.py,
-test_attacks_ldconfig.py and test_attacks_request.py, run by an ordinary user's rootless
-podman with the rootless hook.
+test_attacks_ldconfig.py, test_attacks_request.py and test_attacks_race.py, run by an
+ordinary user's rootless podman with the rootless hook.
 
 The canary sits in a directory of the user's own (the hook acts with the user's rights, so
 a canary only root could write would prove nothing): every symlink, special file and volume
-trick of the root tests must leave it, the driver's source root and the host's /dev as they
-were, and the container must fail with one `ocihook:` line or run without the attack's
-effect. Device nodes cannot be attack material here: a rootless image import drops them
-(only host root may create them) and tar drops sockets, so the `chardev`/`blockdev` kinds of
-the root tests have no rootless counterpart; fifos do.
+trick of the root tests, and a symlink swapped in while the hook runs, must leave it, the
+driver's source root and the host's /dev as they were, and the container must fail with one
+`ocihook:` line or run without the attack's effect. Device nodes cannot be attack material
+here: a rootless image import drops them (only host root may create them) and tar drops
+sockets, so the `chardev`/`blockdev` kinds of the root tests have no rootless counterpart;
+fifos do.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import hostile
+from tests.test_attacks_race import Racer
 from tests.test_attacks_rootfs import RUNC_DEV_LINKS, STYLES, _symlink_targets
 
 
@@ -198,3 +200,61 @@ def test_container_and_user_env_never_reach_the_hook(rootless_setup, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "libsynth 1.2.3 loaded" in result.stdout
     assert not trapped
+
+
+RACE_ROUNDS = 8
+
+
+@pytest.mark.parametrize("mount_api", ["auto", "classic"])
+@pytest.mark.parametrize("style", ["absolute", "relative"])
+def test_swapped_symlink_never_leads_out_of_the_rootfs(
+    rootless_setup, rootless_image_busybox, canary, style, mount_api
+):
+    """test_attacks_race.py in real rootless containers: while each container starts, a racer
+    on the host keeps exchanging its root's usr/lib64 with a symlink to the user's canary
+    (renameat2 RENAME_EXCHANGE). Every round injects inside the root or fails in one line;
+    the canary never changes."""
+    rootless_setup.write_config(
+        **rootless_setup.base_config(
+            ldconfig={"enabled": False}, container={"lib_dir": "/usr/lib64"}, mount_api=mount_api
+        )
+    )
+    before = hostile.snapshot(canary)
+    user = rootless_setup.user
+    target = str(canary) if style == "absolute" else "../" * 12 + str(canary).lstrip("/")
+    outcomes = {"injected": 0, "refused": 0}
+    for round_ in range(RACE_ROUNDS):
+        cid = rootless_setup.create(
+            rootless_image_busybox, ["/bin/cat", "/proc/self/mountinfo"], "0"
+        )
+        try:
+            rootfs = rootless_setup.rootfs(cid)
+            (rootfs / "usr/lib64").mkdir(exist_ok=True)
+            os.chown(rootfs / "usr/lib64", user.uid, user.gid)
+            racer = Racer(rootfs, target)
+            racer.start()
+            try:
+                result = rootless_setup.start(cid)
+            finally:
+                racer.stop.set()
+                racer.join()
+            assert racer.flips > 0
+        finally:
+            rootless_setup.remove(cid)
+        if result.returncode == 0:
+            # Mount points as the container sees them: in its root, in the real directory
+            # (under whichever name the racer left it), never gone with the host's tree.
+            points = [line.split()[4] for line in result.stdout.splitlines() if line.strip()]
+            injected = [p for p in points if p.endswith("/libsynth.so.1.2.3")]
+            assert injected, result.stdout
+            assert all(
+                p.split("/")[1:3] in (["usr", "lib64"], ["usr", "lib64.evil"]) for p in injected
+            )
+            outcomes["injected"] += 1
+        else:
+            lines = [line for line in result.stderr.splitlines() if "ocihook: " in line]
+            assert len(lines) == 1 and "internal error" not in lines[0], result.stderr
+            outcomes["refused"] += 1
+        assert hostile.snapshot(canary) == before, f"round {round_}: canary changed"
+    assert sum(outcomes.values()) == RACE_ROUNDS
+    print(outcomes)

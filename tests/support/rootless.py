@@ -39,6 +39,10 @@ HOOK_PYTHON = (
 )
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 REPO = Path(__file__).resolve().parent.parent.parent
+# runc; cgroupfs (no systemd user session); vfs: a container's root is a plain directory of
+# the user's store that the host sees too (the race test swaps in it), whichever storage
+# driver the host would pick (fuse-overlayfs, native rootless overlay).
+PODMAN_FLAGS = (*podman.BASE[1:], "--cgroup-manager", "cgroupfs", "--storage-driver", "vfs")
 
 
 def missing_tools() -> list[str]:
@@ -76,9 +80,11 @@ class User:
         )
 
     def podman(self, *args: str, env: dict[str, str] | None = None) -> list[str]:
-        return self.command(
-            "podman", *podman.BASE[1:], "--cgroup-manager", "cgroupfs", *args, env=env
-        )
+        return self.command("podman", *PODMAN_FLAGS, *args, env=env)
+
+    def unshare(self, *args: str) -> subprocess.CompletedProcess:
+        """`args` run in the user's rootless namespace, where its containers' hooks run."""
+        return self.run("podman", *PODMAN_FLAGS, "unshare", *args)
 
 
 def _ranges(path: str) -> list[tuple[str, int, int]]:
@@ -235,6 +241,37 @@ class Install:
         cid = cidfile.read_text().strip() if cidfile.exists() else None
         cidfile.unlink(missing_ok=True)
         return RootlessRun(result.returncode, result.stdout, _stderr(result.stderr), cid, self)
+
+    def create(self, image: str, command: list[str], devices: str | None = None) -> str:
+        """A created (not started) rootless container; its id."""
+        args = ["--hooks-dir", str(self.hooks_dir), "create", *podman.LIMITS]
+        if devices is not None:
+            args += ["--annotation", f"{podman.ANNOTATION}={devices}"]
+        result = subprocess.run(
+            self.user.podman(*args, image, *command), capture_output=True, text=True, timeout=180
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"rootless podman create: {_stderr(result.stderr).strip()}")
+        return result.stdout.strip().splitlines()[-1]
+
+    def rootfs(self, cid: str) -> Path:
+        """The container's root directory in the user's (vfs) store, as the host sees it."""
+        result = self.user.unshare("podman", *PODMAN_FLAGS, "mount", cid)
+        if result.returncode != 0:
+            raise RuntimeError(f"rootless podman mount: {_stderr(result.stderr).strip()}")
+        return Path(result.stdout.strip().splitlines()[-1])
+
+    def start(self, cid: str, timeout: int = 180) -> RootlessRun:
+        result = subprocess.run(
+            self.user.podman("--hooks-dir", str(self.hooks_dir), "start", "--attach", cid),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return RootlessRun(result.returncode, result.stdout, _stderr(result.stderr), cid, self)
+
+    def remove(self, cid: str) -> None:
+        subprocess.run(self.user.podman("rm", "-f", cid), capture_output=True, timeout=120)
 
     def import_tree(self, root: Path, name: str) -> str:
         return import_image(self.user, root, name)
