@@ -66,6 +66,25 @@ def test_rootless_container_gets_library_through_ld_cache_and_every_node(
     assert sorted(d["path"] for d in record["devices"]) == sorted(f"/dev/{n}" for n in names)
 
 
+def test_rootless_keep_id_container(rootless_setup, rootless_image_rhel):
+    """`--userns=keep-id` (the container's user is the host user) nests a user namespace in
+    the rootless one: the config's mappings are in the rootless namespace's ids, as the
+    hook's are; the driver works the same."""
+    result = rootless_setup.run(
+        rootless_image_rhel,
+        ["/bin/sh", "-c", f"id -u && {SMI} /dev/synth0 && stat -c %u /usr/lib64/libsynth.so.1"],
+        devices="0",
+        extra=["--userns=keep-id"],
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == str(rootless_setup.user.uid)  # the host user, inside
+    assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in result.stdout
+    assert synthetic.opened("synth0") in result.stdout
+    assert lines[-1] == "0"  # the link is the container root's, mapped through the config
+    assert result.record()["rootless"]["host_uid"] == rootless_setup.user.uid
+
+
 def test_rootless_records_and_cache_are_the_users(rootless_setup, rootless_image_rhel):
     """The hook had only the user's rights: what it wrote is the user's, 0700/0600, in the
     user's runtime dir; the root default /run/ocihook is never used."""

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -197,6 +197,7 @@ class Install:
     hooks_dir: Path
     synth_root: Path
     work: Path  # the user's own scratch dir (cid files, canaries, the log)
+    containers: list[str] = field(default_factory=list)  # ids of this run's containers
 
     @property
     def state_dir(self) -> Path:
@@ -240,6 +241,8 @@ class Install:
         )
         cid = cidfile.read_text().strip() if cidfile.exists() else None
         cidfile.unlink(missing_ok=True)
+        if cid:
+            self.containers.append(cid)
         return RootlessRun(result.returncode, result.stdout, _stderr(result.stderr), cid, self)
 
     def create(self, image: str, command: list[str], devices: str | None = None) -> str:
@@ -252,7 +255,9 @@ class Install:
         )
         if result.returncode != 0:
             raise RuntimeError(f"rootless podman create: {_stderr(result.stderr).strip()}")
-        return result.stdout.strip().splitlines()[-1]
+        cid = result.stdout.strip().splitlines()[-1]
+        self.containers.append(cid)
+        return cid
 
     def rootfs(self, cid: str) -> Path:
         """The container's root directory in the user's (vfs) store, as the host sees it."""
@@ -348,4 +353,8 @@ def install(user: User) -> Install:
 
 
 def uninstall(item: Install) -> None:
+    """Remove the install and the records of this run's containers (the user, its ranges,
+    runtime dir and store stay: another run may be using them)."""
+    for cid in item.containers:
+        (item.state_dir / f"{cid}.json").unlink(missing_ok=True)
     shutil.rmtree(item.dir, ignore_errors=True)
