@@ -23,8 +23,9 @@ import os
 import sys
 import time
 
-from ocihook import __version__, rootless, store
+from ocihook import __version__, store
 from ocihook.errors import OcihookError, describe
+from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
@@ -99,8 +100,10 @@ def trust_problem(st: os.stat_result, path: str = "") -> str | None:
     of a rootless container applies rootless.trust_problem, with `path`'s parents)."""
     if os.geteuid() != 0:
         return None
-    namespace = rootless.current()
+    namespace = hook_namespace()
     if namespace.rootless:
+        from ocihook import rootless
+
         return rootless.trust_problem(namespace, path, st)
     if st.st_uid != 0 or st.st_mode & 0o022:
         return "must be owned by root and not writable by group or others"

@@ -13,10 +13,16 @@ from __future__ import annotations
 import errno
 import sys
 
-from ocihook import rootless
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, from_os_error
-from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
+from ocihook.state import (
+    MAX_STATE_BYTES,
+    PRESTART_STATUSES,
+    Container,
+    hook_namespace,
+    load_container,
+    read_state,
+)
 
 TYPE_CHECKING = False  # typing costs milliseconds of imports at container start: annotations only
 if TYPE_CHECKING:
@@ -65,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
-    namespace = rootless.current()
+    namespace = hook_namespace()
     if namespace.rootless:  # the hook of a rootless container: the user's own dirs
+        from ocihook import rootless
+
         cache_dir = rootless.cache_dir(namespace)
     config = load_config(config_path, cache_dir)
     if namespace.rootless:

@@ -6,14 +6,14 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, ldcache, privileges, record, rootless
+from ocihook import apply, cgroups, ldcache, privileges, record
 from ocihook.devices import available_devices
 from ocihook.discover import Roots, build_plan
 from ocihook.errors import OcihookError, describe
 from ocihook.plan import LIBRARY_KINDS, Plan, device_rules, finalize
 from ocihook.request import DeviceRequest, select_indices
 from ocihook.selinux import label as selinux_label
-from ocihook.state import Container
+from ocihook.state import Container, hook_namespace
 
 
 def file_label(config: dict, container: Container) -> str | None:
@@ -120,9 +120,11 @@ def _inject(container: Container, config: dict, request: DeviceRequest, log: rec
     _raise_fd_limit()
     label = file_label(config, container)
     # Rootless (the hook runs in the user's namespace): no mknod, no device cgroup edit.
-    namespace = rootless.current()
+    namespace = hook_namespace()
     strategy = "bind" if container.userns or namespace.rootless else "mknod"
     if namespace.rootless:
+        from ocihook import rootless
+
         rootless.check_runtime_dir(namespace)
     api = apply.mount_api(config["mount_api"])
     with Roots(config["source_root"], config["device_root"]) as roots:

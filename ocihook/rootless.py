@@ -1,10 +1,9 @@
 """Rootless podman: the hook runs as root of the user's user namespace, with that user's rights.
 
-Decided by the hook's own process, never by the container: in the initial user namespace,
-where root podman and CRI-O run hooks, /proc/self/uid_map is the identity map
-("0 0 4294967295"); anything else means a user namespace, and the host user mapped to the
-hook's uid 0 is the user it acts for. Nothing in config.json or the state can change the
-uid_map of the runtime's child. What differs then (README "Rootless podman"):
+Whether the hook runs so is decided by the hook's own process, never by the container
+(state.hook_namespace: its /proc/self/uid_map is the identity map only in the initial user
+namespace, where root podman and CRI-O run hooks), and this module is imported only then.
+What differs (README "Rootless podman"):
 
 - device nodes are bind-mounted from the host (no mknod in a user namespace);
 - the device cgroup is left alone: on cgroup v1 only host root may write devices.allow, on
@@ -22,102 +21,16 @@ import os
 import stat
 
 from ocihook.errors import OcihookError, describe
-from ocihook.slots import Struct
+from ocihook.state import HookNamespace as Namespace
+from ocihook.state import outside_id
 
-UID_MAP = "/proc/self/uid_map"
-OVERFLOW_UID = "/proc/sys/kernel/overflowuid"
-OVERFLOW_GID = "/proc/sys/kernel/overflowgid"
 POSIX_ACL = "system.posix_acl_access"
 KEEP_GROUPS = "run.oci.keep_original_groups"  # podman --group-add keep-groups (crun)
-IDENTITY = ((0, 0, 4294967295),)  # the initial user namespace
 RUNTIME_ROOT = "/run/user"  # /run/user/<uid>: the user's runtime dir (systemd-logind's)
 CDI_ROUTE = (
     "without the hook, as root: ocihook cdi generate --output /etc/cdi, then "
     "podman run --device ocihook.io/PROFILE=all"
 )
-
-
-class Namespace(Struct):
-    """The hook process's user namespace."""
-
-    __slots__ = ("rootless", "uid_map", "host_uid", "overflow_uid", "overflow_gid")
-    rootless: bool  # not the initial user namespace
-    uid_map: tuple  # ((inside, outside, count), ...) as /proc/self/uid_map lists it
-    host_uid: int | None  # the outside uid of the hook's euid (the rootless user)
-    overflow_uid: int  # what every unmapped uid shows as inside the namespace
-    overflow_gid: int  # and every unmapped gid
-
-
-def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
-    """/proc/<pid>/uid_map (or gid_map) as ((inside, outside, count), ...); ValueError
-    when a line is not three numbers."""
-    rows = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) != 3 or not all(f.isdigit() for f in fields):
-            raise ValueError(f"not 'inside outside count': {line.strip()!r:.60}")
-        rows.append((int(fields[0]), int(fields[1]), int(fields[2])))
-    return tuple(rows)
-
-
-def outside_id(id_map: tuple, inside: int) -> int | None:
-    """The outside id that `inside` maps to, or None when it is not mapped."""
-    for first, outside, count in id_map:
-        if first <= inside < first + count:
-            return outside + inside - first
-    return None
-
-
-def _read_small(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 65536).decode("ascii")
-    finally:
-        os.close(fd)
-
-
-def _overflow(path: str) -> int:
-    try:
-        return int(_read_small(path).strip())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return 65534  # the kernel's default
-
-
-def detect(uid_map_path: str = UID_MAP) -> Namespace:
-    """Read the hook's own uid_map. A kernel built without user namespaces has no uid_map
-    file (then there is only the initial one); any other failure is an error: guessing
-    "root" in a user namespace would apply the wrong trust rule."""
-    try:
-        id_map = parse_id_map(_read_small(uid_map_path))
-    except FileNotFoundError:
-        if os.path.isdir("/proc/self"):
-            id_map = IDENTITY
-        else:
-            raise OcihookError(
-                f"cannot tell whether the hook runs in a user namespace: {uid_map_path}: "
-                "/proc is not mounted"
-            ) from None
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        cause = describe(error) if isinstance(error, OSError) else str(error)
-        raise OcihookError(
-            f"cannot tell whether the hook runs in a user namespace: {uid_map_path}: {cause}"
-        ) from None
-    if id_map == IDENTITY:
-        return Namespace(False, id_map, None, 65534, 65534)
-    host_uid = outside_id(id_map, os.geteuid())
-    return Namespace(True, id_map, host_uid, _overflow(OVERFLOW_UID), _overflow(OVERFLOW_GID))
-
-
-_CURRENT: list[Namespace] = []
-
-
-def current() -> Namespace:
-    """This process's namespace, read once."""
-    if not _CURRENT:
-        _CURRENT.append(detect())
-    return _CURRENT[0]
 
 
 # ---------------------------------------------------------------------------
@@ -128,7 +41,8 @@ def user_dir(ns: Namespace) -> str:
     """Where a rootless hook keeps records: /run/user/<host uid>/ocihook."""
     if ns.host_uid is None:
         raise OcihookError(
-            f"rootless: the hook's uid {os.geteuid()} has no host uid in {UID_MAP}; {CDI_ROUTE}"
+            f"rootless: the hook's uid {os.geteuid()} has no host uid in /proc/self/uid_map; "
+            f"{CDI_ROUTE}"
         )
     return f"{RUNTIME_ROOT}/{ns.host_uid}/ocihook"
 

@@ -302,8 +302,8 @@ def test_rootless_trust_rule_inside_the_namespace(rootless_setup, tmp_path):
         script = (
             "import json, os, sys\n"
             f"sys.path.insert(0, {str(rootless_setup.dir / 'pkg')!r})\n"
-            "from ocihook import rootless\n"
-            "ns = rootless.detect()\n"
+            "from ocihook import rootless, state\n"
+            "ns = state.detect_namespace()\n"
             f"names = {sorted(files)!r}\n"
             f"base = {str(base)!r}\n"
             "out = {n: rootless.trust_problem(ns, f'{base}/{n}', os.stat(f'{base}/{n}'))"
@@ -347,9 +347,9 @@ def test_rootless_runtime_dir_must_be_the_users(rootless_setup, tmp_path):
         script = (
             "import sys\n"
             f"sys.path.insert(0, {str(rootless_setup.dir / 'pkg')!r})\n"
-            "from ocihook import rootless\n"
+            "from ocihook import rootless, state\n"
             "from ocihook.errors import OcihookError\n"
-            "ns = rootless.detect()\n"
+            "ns = state.detect_namespace()\n"
             f"for case in {[*cases, 'missing']!r}:\n"
             "    try:\n"
             f"        rootless.check_runtime_dir(ns, {str(base)!r} + '/' + case)\n"
