@@ -248,9 +248,8 @@ def _unmet(mark: str) -> str | None:
         return "needs root (device nodes, mounts, namespaces, cgroups)"
     if mark == "podman" and shutil.which("podman") is None:
         return "needs podman"
-    if mark == "rootless" and rootless.missing_tools():
-        missing = " ".join(rootless.missing_tools())
-        return f"needs {missing} for rootless podman (uidmap: scripts/install-deps.sh)"
+    if mark == "rootless":
+        return rootless.unmet()
     if mark == "crio":
         return crio_support.unmet()
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):

@@ -4,14 +4,17 @@ own runtime dir and image store, and an installed copy of the hook that it can r
 The user (USER) is created by `ensure_user` when missing (useradd, as root, as CI runs), with
 /etc/subuid and /etc/subgid ranges, a home and /run/user/<uid> (0700, the user's: what
 systemd-logind makes at login). The user, its ranges and its runtime dir are kept between
-runs (another run may be using them at the same moment); what one run installs (`Install`:
+runs (another run may be using them at the same moment), and so is the user's podman pause
+process (rootless podman's holder of the user namespace); what one run installs (`Install`:
 a root-owned dir under /run with the package, the hook executable, the synthetic driver,
-config, profiles and hooks dir) and the images it imports are removed when it ends.
+config, profiles and hooks dir), the images it imports and its containers' records are
+removed when it ends.
 
 podman runs as the user through runuser with an explicit environment (HOME, XDG_RUNTIME_DIR,
 PATH), runc, the cgroupfs manager (rootless podman on this cgroup v1 host has no systemd user
-session), no network and the ulimits of tests/support/podman.py, with the hooks dir passed by
---hooks-dir: the host's default hooks dir is never touched.
+session), the vfs storage driver (PODMAN_FLAGS), no network and the ulimits of
+tests/support/podman.py, with the hooks dir passed by --hooks-dir: the host's default hooks
+dir is never touched.
 """
 
 from __future__ import annotations
@@ -45,9 +48,25 @@ REPO = Path(__file__).resolve().parent.parent.parent
 PODMAN_FLAGS = (*podman.BASE[1:], "--cgroup-manager", "cgroupfs", "--storage-driver", "vfs")
 
 
-def missing_tools() -> list[str]:
-    """What rootless podman needs that this host lacks (scripts/install-deps.sh installs it)."""
-    return [t for t in ("podman", "newuidmap", "newgidmap", "runuser") if shutil.which(t) is None]
+def unmet() -> str | None:
+    """Why rootless podman cannot run on this host, or None: a tool missing
+    (scripts/install-deps.sh installs uidmap), or a kernel that gives ordinary users no user
+    namespaces."""
+    missing = [t for t in ("podman", "newuidmap", "newgidmap", "runuser") if not shutil.which(t)]
+    if missing:
+        return f"needs {' '.join(missing)} for rootless podman (uidmap: scripts/install-deps.sh)"
+    for path, least in (
+        ("/proc/sys/user/max_user_namespaces", 1),
+        ("/proc/sys/kernel/unprivileged_userns_clone", 1),  # Debian's switch, where it exists
+    ):
+        try:
+            with open(path) as file:
+                value = int(file.read().strip())
+        except (OSError, ValueError):
+            continue
+        if value < least:
+            return f"rootless podman needs user namespaces for ordinary users: {path} is {value}"
+    return None
 
 
 @dataclass(frozen=True)
