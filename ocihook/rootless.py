@@ -121,8 +121,8 @@ def trust_problem(ns: Namespace, path: str, st: os.stat_result) -> str | None:
     or None. Inside the user namespace every uid it does not map shows as the overflow uid
     (65534), host root included: the file and every parent directory must be owned by such
     an unmapped user (never one the namespace maps: the user, whose uid is the containers'
-    root, or a subordinate uid), not be writable by group or others, and not be writable
-    by the namespace's root."""
+    root, or a subordinate uid, not even one shown as the overflow uid: `_mapped_owner`)
+    and not be writable by group or others."""
     problem = _problem(ns, path, st)
     if problem:
         return f"rootless: {problem}; the hook trusts only files of users outside it; {CDI_ROUTE}"
@@ -186,7 +186,7 @@ def device_problem(
 def check_nodes(ns: Namespace, devices: list, device_fd: int, annotations: dict) -> None:
     """OcihookError (one line) for the first planned node (plan.DeviceNode) a rootless
     container could not open; before anything is changed."""
-    from ocihook import securepath  # ctypes: not on the hook's no-request path
+    from ocihook import securepath  # ctypes: not needed at poststop
 
     keeps_groups = annotations.get(KEEP_GROUPS) in ("1", "true")
     for node in devices:
