@@ -49,6 +49,13 @@ class Struct:
         fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
         return f"{type(self).__name__}({fields})"
 
+    def replace(self, **changes: object) -> Struct:
+        """A copy with the fields in `changes` set to new values (the others shared)."""
+        for name in changes:
+            if name not in self.__slots__:
+                raise TypeError(f"{type(self).__name__}: no field {name!r}")
+        return type(self)(*(changes.get(n, getattr(self, n)) for n in self.__slots__))
+
     def to_dict(self) -> dict:
         """Fields as plain JSON-able data (nested Structs, lists and tuples too)."""
         return {name: _plain(getattr(self, name)) for name in self.__slots__}

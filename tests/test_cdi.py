@@ -21,10 +21,10 @@ import yaml
 
 from ocihook.cdi import spec as cdispec
 from ocihook.config import compile_config
-from ocihook.discover import Roots
+from ocihook.discover import build_plan
 from ocihook.errors import OcihookError
-from ocihook.inject import plan_for
 from ocihook.request import parse_request
+from ocihook.roots import Roots
 from tests.conftest import base_config
 from tests.support import hostile, podman
 
@@ -87,7 +87,7 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     spec = generate(cdi_config, "--hook-path", OCIHOOK)
     config, _ = compile_config(str(cdi_config))
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = plan_for(config, roots, parse_request("all", "test"))
+        plan = build_plan(config, roots, parse_request("all", "test"))
     assert spec["kind"] == "ocihook.io/synthetic"
     assert spec["cdiVersion"] == "0.5.0"
     assert [d["name"] for d in spec["devices"]] == ["0", "1", "2", "all"]
@@ -103,7 +103,7 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     edits = spec["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/synthctl", "/dev/synth-uvm"]
     assert {m["hostPath"] for m in edits["mounts"]} == {m.host_path for m in plan.mounts}
-    for mount in edits["mounts"]:
+    for mount in edits["mounts"]:  # the synthetic profile mounts nothing writable
         assert mount["options"][:4] == ["ro", "nosuid", "nodev", "bind"]
         executable = "/usr/bin/" in mount["containerPath"] or ".so." in mount["containerPath"]
         assert ("noexec" in mount["options"]) == (not executable), mount

@@ -276,7 +276,8 @@ def test_original_error_wins_and_failed_undo_steps_are_logged(tmp_path):
     target = cgroups.CgroupTarget("v1", str(tmp_path / "no-such-cgroup"))
     from ocihook.inject import _undo_cgroup
 
-    edits = [{"cgroup": "v1", "path": target.path, "rule": "c 10:237 rw"}]
+    rule = cgroups.DeviceRule("c", 10, 237, "rw")
+    edits = [cgroups.DeviceEdit("v1", target.path, cgroups.V1_ACTION, rule)]
     _undo_cgroup(target, edits, log, "cid")  # logs, never raises
     line = log_path.read_text()
     assert f"error: cid: rollback: cgroup v1 {target.path}:" in line and "does not exist" in line
