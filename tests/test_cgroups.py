@@ -14,6 +14,7 @@ import errno
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -579,3 +580,31 @@ def test_v1_describe(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     allow_devices(target, [ACCEL_RW])
     assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", "c 10:237 rw"]}]
+
+
+def test_device_edits_match_golden():
+    """The edits for a plan's rules, typed from the plan to the kernel, as the v1 writer
+    writes them (the record's text form) and as the BPF assembler prefixes the v2 program
+    (its instructions, encoded): tests/golden/cgroup-edits.json. The NVIDIA node numbers of
+    tests/support/hosts.py, a duplicate (dropped) and a wildcard rule."""
+    from tests.support import hosts
+    from tests.support.golden import golden_json
+
+    rules = [DeviceRule("c", major, minor, "rw") for major, minor in hosts.NODES.values()]
+    rules += [rules[0], DeviceRule("b", 8, -1, "r")]
+    edits = {
+        version: [e.record() for e in plan_device_edits(CgroupTarget(version, "/cg"), rules)]
+        for version in ("v1", "v2")
+    }
+    typed = [e.rule for e in plan_device_edits(CgroupTarget("v2", "/cg"), rules)]
+    assert typed == rules[:-2] + rules[-1:]  # the plan's own rules, as they are
+    prefix = bpf.allow_prefix(typed)
+    value = {
+        "edits": edits,
+        "v1_lines": [e["rule"] for e in edits["v1"]],
+        "v2_prefix": [list(insn) for insn in prefix],
+        "v2_prefix_hex": bpf.encode(prefix).hex(),
+    }
+    assert value == golden_json(Path(__file__).parent / "golden/cgroup-edits.json", value)
+    decoded = device_programs.decode_device_filter(prefix + bpf.device_filter([]))
+    assert [rule for rule, _ in decoded.rules] == typed
