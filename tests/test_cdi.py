@@ -141,6 +141,7 @@ def test_synthetic_spec_matches_golden(cdi_config, synth_root):
     assert spec == golden_json(GOLDEN / "cdi-synthetic.json", spec)
 
 
+@pytest.mark.root
 def test_nvidia_spec_matches_golden_with_the_mps_dir_writable(tmp_path):
     """The NVIDIA profile on a tree laid out like a real install (tests/test_plan.py), with
     an MPS daemon's pipe dir: the plan mounts it read-write (a `files` entry with

@@ -127,6 +127,7 @@ def test_kernel_version_selects_files_and_refuses_a_mismatch(hook_setup, image_b
     ) in refused.stderr
 
 
+@pytest.mark.root
 def test_writable_directory_needs_a_label_containers_can_write(tmp_path):
     """Real security.selinux xattrs (no SELinux LSM here: the labels are set and read back),
     read from the fd that is mounted: the host path is swapped for a differently labelled
