@@ -121,8 +121,9 @@ def _raise_fd_limit() -> None:
 
 
 class _Injection:
-    """One injection's steps and the handles they hold until it ends: the sources opened
-    for the plan's mounts and device nodes, the host's ldconfig, the state dir."""
+    """One injection's steps, the handles they hold until it ends (the sources opened for
+    the plan's mounts and device nodes, the host's ldconfig) and what they did (the
+    finalized plan, the device cgroup edits, how the ld cache was updated): the record."""
 
     def __init__(self, container: Container, config: dict, log: record.Log) -> None:
         self.container = container
@@ -134,6 +135,9 @@ class _Injection:
         self.node_sources: dict[str, int] = {}
         self.ldconfig_fd: int | None = None
         self.closed = False
+        self.final: Plan | None = None
+        self.edits: list[cgroups.DeviceEdit] = []
+        self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
 
     def _debug(self, line: str) -> None:
         self.log.debug(f"{self.container.id}: {line}")
@@ -157,13 +161,13 @@ class _Injection:
                 if decision.ld_writer is not None:
                     self.ldconfig_fd = open_ldconfig(config["ldconfig"]["path"])
                 state_fd = record.open_state_dir(config["state_dir"])
-                final, edits, ld_cache = self._with_device_cgroup(plan, decision, roots)
+                self._with_device_cgroup(plan, decision, roots)
             self._close()
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
             self._debug(f"capabilities dropped, CapEff {privileges.effective_capabilities():x}")
             body = record.injection_record(
-                container, final, self.sources, self.labels, edits, ld_cache
+                container, self.final, self.sources, self.labels, self.edits, self.ld_cache
             )
             record.write_record(state_fd, config["state_dir"], container.id, body)
             settings = config["records"]
@@ -187,37 +191,31 @@ class _Injection:
         else:
             self.labels = [None] * len(self.sources)
 
-    def _with_device_cgroup(
-        self, plan: Plan, decision: Decision, roots: Roots
-    ) -> tuple[Plan, list[cgroups.DeviceEdit], str | None]:
+    def _with_device_cgroup(self, plan: Plan, decision: Decision, roots: Roots) -> None:
         """The device cgroup edits (when the decision makes them), then the container part;
         the edits are undone when that fails."""
-        edits: list[cgroups.DeviceEdit] = []
         cgroup = None
         if decision.device_cgroup:
             cgroup = cgroups.find_container_cgroup(self.container.pid, self.container.cgroups_path)
-            edits = cgroups.allow_devices(cgroup, device_rules(plan))
-            self._debug(f"cgroup {cgroup.version} {cgroup.path}: {[e.record() for e in edits]}")
+            self.edits = cgroups.allow_devices(cgroup, device_rules(plan))
+            records = [e.record() for e in self.edits]
+            self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
         try:
-            final, ld_cache = self._in_container(plan, decision, roots)
+            self._in_container(plan, decision, roots)
         except BaseException:
             if cgroup is not None:
-                _undo_cgroup(cgroup, edits, self.log, self.container.id)
+                _undo_cgroup(cgroup, self.edits, self.log, self.container.id)
             raise
-        return final, edits, ld_cache
 
-    def _in_container(
-        self, plan: Plan, decision: Decision, roots: Roots
-    ) -> tuple[Plan, str | None]:
+    def _in_container(self, plan: Plan, decision: Decision, roots: Roots) -> None:
         """Everything done inside the container's mount namespace: complete the decision
-        from the image (its lib dir, its loader), finalize the plan (pure), execute it.
-        Returns the finalized plan and how the ld cache was updated (or None)."""
+        from the image (its lib dir, its loader), finalize the plan (pure), execute it; the
+        finalized plan and how the ld cache was updated are kept for the record."""
         container = self.container
         shared = apply.host_superblocks()
         root_fd = apply.enter_container(container.pid, container.rootfs)
         try:
-            decision = decision.in_image(root_fd)
-            final = finalize(plan, decision)
+            final = finalize(plan, decision.in_image(root_fd))
             if not self.api.on_host:
                 self._open_sources(plan, decision, roots)
             self.sources = apply.bind_sources(self.sources, final)
@@ -225,9 +223,8 @@ class _Injection:
             writer = apply.ContainerWriter(root_fd, final.file_label, uid, gid, shared)
             try:
                 apply.execute(writer, final, self.sources, self.node_sources, self.api)
-                ld_cache = None  # "native" or "ldconfig": how the ld cache was updated
                 if final.ld_writer is not None and self.ldconfig_fd is not None:
-                    ld_cache = ldcache.update(
+                    self.ld_cache = ldcache.update(
                         writer,
                         self.ldconfig_fd,
                         root_fd,
@@ -245,9 +242,9 @@ class _Injection:
                 raise
             finally:
                 writer.close()
+            self.final = final
         finally:
             os.close(root_fd)
-        return final, ld_cache
 
     def _close(self) -> None:
         """Close the handles (once; the sources stay listed for the record)."""

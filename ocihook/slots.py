@@ -51,10 +51,15 @@ class Struct:
 
     def replace(self, **changes: object) -> Struct:
         """A copy with the fields in `changes` set to new values (the others shared)."""
-        for name in changes:
-            if name not in self.__slots__:
-                raise TypeError(f"{type(self).__name__}: no field {name!r}")
-        return type(self)(*(changes.get(n, getattr(self, n)) for n in self.__slots__))
+        names = self.__slots__
+        copy = object.__new__(type(self))
+        for name in names:
+            object.__setattr__(
+                copy, name, changes.pop(name) if name in changes else getattr(self, name)
+            )
+        if changes:
+            raise TypeError(f"{type(self).__name__}: no field {next(iter(changes))!r}")
+        return copy
 
     def to_dict(self) -> dict:
         """Fields as plain JSON-able data (nested Structs, lists and tuples too)."""
