@@ -1,6 +1,7 @@
 """The source and device roots, held by fd: every lookup of discovery (driver files,
 device nodes, sysfs) resolves inside them, so a driver volume's symlinks can only point
-inside that volume. `Roots` is opened once per plan (a context manager)."""
+inside that volume. `Roots` is opened once per plan (a context manager); its directory
+listings are read once and matched with `glob_match` (no `re` on the hot path)."""
 
 from __future__ import annotations
 

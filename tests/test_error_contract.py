@@ -6,6 +6,7 @@ original error over a rollback error, failed undo steps logged, no traceback, an
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -305,3 +306,18 @@ def test_check_warns_about_the_cache_dir(hook_setup, tmp_path, tamper, expected)
     )
     assert check.returncode == 0, check.stdout
     assert f"WARNING config cache dir {cache}: {expected}" in check.stdout
+
+
+def test_one_exit_line_for_the_hook_and_every_command():
+    """errors.exit_line: the rule ocihook.hook.main and ocihook.cli.main both apply."""
+    from ocihook.errors import OcihookError, exit_line
+
+    assert exit_line(OcihookError("config x: bad")) == (1, "ocihook: config x: bad")
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/etc/x")
+    assert exit_line(missing) == (1, "ocihook: /etc/x: does not exist")
+    bad_fd = OSError(errno.EBADF, "Bad file descriptor")
+    assert exit_line(bad_fd) == (
+        2,
+        "ocihook: internal error: OSError: [Errno 9] Bad file descriptor",
+    )
+    assert exit_line(KeyError("k")) == (2, "ocihook: internal error: KeyError: 'k'")
