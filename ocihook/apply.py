@@ -19,7 +19,7 @@ import stat
 
 from ocihook import atomic, linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
-from ocihook.kinds import KINDS, is_type, type_name
+from ocihook.kinds import KINDS, is_source, is_type, type_name
 from ocihook.plan import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
 from ocihook.slots import Struct
@@ -83,7 +83,7 @@ def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result
     """Append the source (so that it is closed on failure), then check it is still the kind
     of file that was planned."""
     sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
-    if not is_type(st.st_mode, (KINDS[m.kind].source,)):
+    if not is_source(m.kind, st.st_mode):
         raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
 
 
@@ -355,10 +355,12 @@ def open_rootfs(rootfs: str, where: str) -> int:
     return root_fd
 
 
-def host_superblocks() -> frozenset[int]:
-    """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace;
-    read before entering the container."""
-    return mountinfo.superblocks()
+def host_superblocks(mounts: list[mountinfo.Entry] | None = None) -> frozenset[int]:
+    """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace
+    (`mounts`: its table, when the caller has read it); read before entering the container."""
+    if mounts is None:
+        return mountinfo.superblocks()
+    return frozenset(entry.dev for entry in mounts)
 
 
 class ContainerWriter:

@@ -62,11 +62,6 @@ def _checked(rule: DeviceRule) -> DeviceRule:
 # Finding the container's cgroup
 
 
-def _cgroup_mounts(text: str) -> list[mountinfo.Entry]:
-    """The cgroup and cgroup2 mounts in a mountinfo text, in order."""
-    return [e for e in mountinfo.parse(text) if e.fstype in ("cgroup", "cgroup2")]
-
-
 def _read(path: str, what: str) -> str:
     """Read a small text file, or OcihookError naming `what`."""
     try:
@@ -149,13 +144,19 @@ def _pick_mount(mounts: list[mountinfo.Entry]) -> tuple[str, mountinfo.Entry | N
 
 
 def find_container_cgroup(
-    pid: int, cgroups_path: str | None = None, proc: str = "/proc"
+    pid: int,
+    cgroups_path: str | None = None,
+    proc: str = "/proc",
+    mounts: list[mountinfo.Entry] | None = None,
 ) -> CgroupTarget:
-    """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath."""
+    """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath.
+    `mounts`: our mount table, when the caller has read it already (mountinfo.read)."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         raise OcihookError(f"container pid {pid!r} is not a positive integer")
     text = _read(f"{proc}/{pid}/cgroup", f"container process {pid} not found")
-    version, mount = _pick_mount(_cgroup_mounts(_read(f"{proc}/self/mountinfo", "mounts")))
+    if mounts is None:
+        mounts = mountinfo.parse(_read(f"{proc}/self/mountinfo", "mounts"))
+    version, mount = _pick_mount([e for e in mounts if e.fstype in ("cgroup", "cgroup2")])
     if mount is None:
         raise OcihookError("no cgroup2 mount and no cgroup v1 devices controller mount found")
     cg = _clean_cgroup_path(_proc_cgroup_path(text, version, pid), f"cgroup of process {pid}")

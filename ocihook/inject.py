@@ -12,7 +12,7 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, ldcache, privileges, record, securepath
+from ocihook import apply, cgroups, ldcache, mountinfo, privileges, record, securepath
 from ocihook.discover import build_plan
 from ocihook.errors import OcihookError, describe
 from ocihook.hostldconfig import open_ldconfig
@@ -138,6 +138,7 @@ class _Injection:
         self.final: Plan | None = None
         self.edits: list[cgroups.DeviceEdit] = []
         self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
+        self.host_mounts: list | None = None  # mountinfo.Entry of our (the runtime's) namespace
 
     def _debug(self, line: str) -> None:
         self.log.debug(f"{self.container.id}: {line}")
@@ -161,11 +162,14 @@ class _Injection:
                 if decision.ld_writer is not None:
                     self.ldconfig_fd = open_ldconfig(config["ldconfig"]["path"])
                 state_fd = record.open_state_dir(config["state_dir"])
+                self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
             self._close()
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
-            self._debug(f"capabilities dropped, CapEff {privileges.effective_capabilities():x}")
+            if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
+                caps = privileges.effective_capabilities()
+                self._debug(f"capabilities dropped, CapEff {caps:x}")
             body = record.injection_record(
                 container, self.final, self.sources, self.labels, self.edits, self.ld_cache
             )
@@ -198,8 +202,9 @@ class _Injection:
         if decision.device_cgroup:
             cgroup = cgroups.find_container_cgroup(self.container.pid, self.container.cgroups_path)
             self.edits = cgroups.allow_devices(cgroup, device_rules(plan))
-            records = [e.record() for e in self.edits]
-            self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
+            if self.log.debug_enabled:
+                records = [e.record() for e in self.edits]
+                self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
         try:
             self._in_container(plan, decision, roots)
         except BaseException:
@@ -212,7 +217,7 @@ class _Injection:
         from the image (its lib dir, its loader), finalize the plan (pure), execute it; the
         finalized plan and how the ld cache was updated are kept for the record."""
         container = self.container
-        shared = apply.host_superblocks()
+        shared = apply.host_superblocks(self.host_mounts)
         root_fd = apply.enter_container(container.pid, container.rootfs)
         try:
             final = finalize(plan, decision.in_image(root_fd))

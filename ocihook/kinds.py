@@ -15,55 +15,32 @@ import stat
 
 from ocihook.slots import Struct
 
-TYPE_CHECKING = False  # typing costs imports at container start: annotations only
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-
-class FileType(Struct):
-    """One file type of st_mode: its words in messages and in listings."""
-
-    __slots__ = ("name", "short", "test")
-    name: str  # in messages: "exists in the image as a regular file"
-    short: str  # in listings (`ocihook selinux relabel`) and in KINDS: "file"
-    test: Callable[[int], bool]  # stat.S_ISREG, ...
-
-
+# File types by st_mode: (words in messages, short name in listings and in KINDS, test).
 FILE_TYPES = (
-    FileType("symlink", "link", stat.S_ISLNK),
-    FileType("directory", "dir", stat.S_ISDIR),
-    FileType("regular file", "file", stat.S_ISREG),
-    FileType("fifo", "fifo", stat.S_ISFIFO),
-    FileType("socket", "sock", stat.S_ISSOCK),
-    FileType("character device", "chr", stat.S_ISCHR),
-    FileType("block device", "blk", stat.S_ISBLK),
+    ("symlink", "link", stat.S_ISLNK),
+    ("directory", "dir", stat.S_ISDIR),
+    ("regular file", "file", stat.S_ISREG),
+    ("fifo", "fifo", stat.S_ISFIFO),
+    ("socket", "sock", stat.S_ISSOCK),
+    ("character device", "chr", stat.S_ISCHR),
+    ("block device", "blk", stat.S_ISBLK),
 )
-_BY_SHORT = {t.short: t for t in FILE_TYPES}
-
-
-def file_type(mode: int) -> FileType | None:
-    """The file type of an st_mode, or None for one Linux does not have."""
-    for kind in FILE_TYPES:
-        if kind.test(mode):
-            return kind
-    return None
+_TESTS = {short: test for _name, short, test in FILE_TYPES}
 
 
 def type_name(mode: int) -> str:
     """'regular file', 'symlink', ... (for messages)."""
-    found = file_type(mode)
-    return found.name if found else "file of unknown type"
+    return next((name for name, _short, test in FILE_TYPES if test(mode)), "file of unknown type")
 
 
 def short_type(mode: int) -> str:
-    """'file', 'link', 'dir', ... (for listings); 'other' for an unknown type."""
-    found = file_type(mode)
-    return found.short if found else "other"
+    """'file', 'link', 'dir', ... (for listings); 'other' for a type Linux does not have."""
+    return next((short for _name, short, test in FILE_TYPES if test(mode)), "other")
 
 
 def is_type(mode: int, shorts: tuple[str, ...]) -> bool:
     """Whether the st_mode is one of the file types named (short names)."""
-    return any(_BY_SHORT[short].test(mode) for short in shorts)
+    return any(_TESTS[short](mode) for short in shorts)
 
 
 # Rules a bind-mount source's SELinux label is checked against (inject.check_source_labels).
@@ -139,21 +116,30 @@ KINDS = {
 }  # fmt: skip
 # The profile lists that name driver files, in the order discovery reads them.
 SECTIONS = ("libraries", "binaries", "firmware", "files")
+# Looked up for every injected file: computed once from KINDS.
+MOUNT_FLAGS = {(k.name, rw): k.flags(rw) for k in KINDS.values() for rw in (False, True)}
+_SOURCE_TESTS = {k.name: _TESTS[k.source] for k in KINDS.values()}
+_IN_SECTION = {s: [k for k in KINDS.values() if s in k.sections] for s in SECTIONS}
 
 
 def section_kind(section: str) -> Kind:
     """The kind a profile list's entries are named by in messages ("firmware: ...")."""
-    return next(k for k in KINDS.values() if section in k.sections)
+    return _IN_SECTION[section][0]
 
 
 def found_kind(section: str, mode: int) -> Kind | None:
     """The kind of a file that an entry of the profile list `section` matched, by its file
     type (a `files` entry may be a regular file, a socket or a directory); None: not one
     that list injects."""
-    for kind in KINDS.values():
-        if section in kind.sections and _BY_SHORT[kind.source].test(mode):
+    for kind in _IN_SECTION[section]:
+        if _SOURCE_TESTS[kind.name](mode):
             return kind
     return None
+
+
+def is_source(kind: str, mode: int) -> bool:
+    """Whether an st_mode is the file type a source of `kind` must be."""
+    return _SOURCE_TESTS[kind](mode)
 
 
 def audit_name(kind: str) -> str:

@@ -6,7 +6,7 @@ library dirs, device node strategy, file label, ld cache writer), executed by ap
 from __future__ import annotations
 
 from ocihook.devrules import DeviceRule
-from ocihook.kinds import KINDS
+from ocihook.kinds import KINDS, MOUNT_FLAGS
 from ocihook.slots import Struct
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
@@ -46,7 +46,7 @@ class Mount(Struct):
     def flags(self) -> tuple[str, ...]:
         """The mount's flags by name, the one place they are decided: its kind's flags
         (kinds.Kind.flags), read-write when the profile mounts it writable."""
-        return KINDS[self.kind].flags(self.writable)
+        return MOUNT_FLAGS[self.kind, self.writable]
 
 
 class Link(Struct):
