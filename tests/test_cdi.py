@@ -3,7 +3,7 @@ atomic writes, and real podman + runc containers started with `--device VENDOR/C
 
 podman 4.3 reads /etc/cdi and /var/run/cdi only (no `cdi_spec_dirs` in its containers.conf):
 each test writes its spec to /var/run/cdi under a kind of its own and removes it afterwards.
-CRI-O is not a Debian 12 package; its CDI support is not tested here.
+CRI-O's CDI support (its cdi_spec_dirs, the CRI's CDI device field): tests/test_e2e_crio.py.
 """
 
 from __future__ import annotations
