@@ -183,10 +183,14 @@ class _Injection:
                 caps = privileges.effective_capabilities()
                 self._debug(f"capabilities dropped, CapEff {caps:x}")
             body = record.injection_record(
-                container, self.final, self.sources, self.labels, self.edits, self.ld_cache
+                container,
+                self.final,
+                self.sources,
+                self.labels,
+                self.edits,
+                self.ld_cache,
+                namespace.host_uid if namespace.rootless else None,
             )
-            if namespace.rootless:
-                body["rootless"] = {"host_uid": namespace.host_uid, "device_cgroup": "unchanged"}
             record.write_record(state_fd, config["state_dir"], container.id, body)
             settings = config["records"]
             record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
