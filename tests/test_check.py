@@ -63,9 +63,10 @@ def test_check_fails_on_a_pattern_go_rejects(hook_setup):
     path.write_text(json.dumps(document))
     result = run_check(hook_setup.config, hook_setup.hooks_dir)
     assert result.returncode == 1
+    key, value = r"^ocihook\.io/devices$", "(?!none).+"
     assert (
-        f'FAILED  hooks.d file {path}: when.annotations["^ocihook\\\\.io/devices$"] '
-        "'(?!none).+': not a Go regexp (invalid or unsupported Perl syntax: `(?!`)\n"
+        f"FAILED  hooks.d file {path}: when.annotations[{key!r}] {value!r}: not a Go regexp "
+        "(invalid or unsupported Perl syntax: `(?!`)\n"
     ) in result.stdout, result.stdout
     assert f"FAILED  no hooks.d file for ocihook in {hook_setup.hooks_dir}\n" in result.stdout
 
