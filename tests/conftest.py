@@ -152,6 +152,10 @@ def _unmet(mark: str) -> str | None:
         return "needs podman"
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
+    if mark == "crio":
+        crio = Path(__file__).resolve().parent.parent.parent / "shared/tools/crio/crio"
+        if not os.access(crio, os.X_OK):
+            return f"needs CRI-O ({crio})"
     if mark == "go":
         from tests.support import goregexp
 
@@ -176,7 +180,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.root)
         if used & PODMAN_FIXTURES:
             item.add_marker(pytest.mark.podman)
-        for mark in ("root", "podman", "vm", "go", "tomllib"):
+        for mark in ("root", "podman", "crio", "vm", "go", "tomllib"):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
