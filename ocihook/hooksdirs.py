@@ -68,9 +68,13 @@ def podman_version(env: Mapping[str, str]) -> tuple[int, int] | None:
     podman = shutil.which("podman", path=env.get("PATH", os.defpath))
     if podman is None:
         return None
+    # podman reads its config files even for --version: an empty one, so that a broken
+    # containers.conf (which check reports) does not hide the version.
+    probe = {k: v for k, v in env.items() if not k.startswith("CONTAINERS_CONF")}
+    probe["CONTAINERS_CONF"] = os.devnull
     try:
         result = subprocess.run(
-            [podman, "--version"], capture_output=True, text=True, timeout=30, env=dict(env)
+            [podman, "--version"], capture_output=True, text=True, timeout=30, env=probe
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -347,15 +347,20 @@ class _Parser:
             raise self.fail(match.start(), f"invalid date or time {match.group()!r}") from None
 
     def array(self, pos: int) -> tuple[int, list]:
+        start = pos
         items: list = []
         pos = self.skip_blank(pos + 1)
         while self.char(pos) != "]":
+            if pos >= len(self.src):
+                raise self.fail(start, "an array that is never closed")
             pos, item = self.value(pos)
             items.append(item)
             pos = self.skip_blank(pos)
             c = self.char(pos)
             if c == "]":
                 break
+            if not c:
+                raise self.fail(start, "an array that is never closed")
             if c != ",":
                 raise self.fail(pos, "expected ',' or ']' in an array")
             pos = self.skip_blank(pos + 1)
@@ -424,6 +429,7 @@ class _Parser:
 
     def multiline_string(self, pos: int, quote: str) -> tuple[int, str]:
         basic = quote == '"""'
+        start = pos
         pos += 3
         if self.char(pos) == "\n":
             pos += 1
@@ -431,7 +437,7 @@ class _Parser:
         while True:
             c = self.char(pos)
             if not c:
-                raise self.fail(pos, "unterminated string")
+                raise self.fail(start, "a multi-line string that is never closed")
             if self.src.startswith(quote, pos):
                 # Up to two quotes right before the closing three belong to the string.
                 extra = 0

@@ -157,7 +157,8 @@ def test_generated_documents_agree_with_tomllib():
     ("text", "line", "words"),
     [
         ("[engine]\nhooks_dir = [\n  '/a'\n  '/b',\n]\n", 4, "expected ',' or ']'"),
-        ("[engine]\nhooks_dir = ['/a'", 2, "expected ',' or ']'"),
+        ("[engine]\nhooks_dir = ['/a'", 2, "an array that is never closed"),
+        ("[engine]\nhooks_dir = [\n  '/a',\n\n", 2, "an array that is never closed"),
         ('a = 1\nb = "x\n', 2, "unterminated string"),
         ("a = 1\n[a]\n", 2, "a value, not a table"),
         ("[a]\nx = 1\n\n[a]\n", 4, "defined twice"),
@@ -165,7 +166,7 @@ def test_generated_documents_agree_with_tomllib():
         ("# ok\nhooks_dir == 1\n", 2, "expected a value"),
         ('a = "\\q"\n', 1, "invalid escape"),
         ("a = 1979-02-30\n", 1, "invalid date"),
-        ('\n\n\na = """\nx\n', 6, "unterminated string"),
+        ('\n\n\na = """\nx\n', 4, "a multi-line string that is never closed"),
     ],
 )
 def test_a_malformed_file_is_one_line_naming_file_and_line(text, line, words, tmp_path):
