@@ -215,9 +215,10 @@ def test_every_pattern_gets_go_s_verdict(name, oracles):
 
 @pytest.mark.go
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(DIALECTS))
-def test_go_s_size_and_depth_limits(name, oracles):
-    problems = disagreements(oracles[name], DIALECTS[name], limits())
+def test_go_s_size_and_depth_limits(oracles):
+    """Against go1.26 only: the limits are the same code in every dialect (the patterns name
+    no class whose lookup differs), and this corpus is the slow one."""
+    problems = disagreements(oracles["go1.26"], re2syntax.GO126, limits())
     assert not problems, "\n".join(problems)
 
 
