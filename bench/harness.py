@@ -121,7 +121,7 @@ def full_driver(work: Path = WORK) -> Driver:
         extra_binaries=7,
         firmware=4,
         devices={**synthetic.DEVICES, **synthetic.MORE_DEVICES},
-        control={**synthetic.CONTROL, **synthetic.MORE_CONTROL},
+        control={**synthetic.CONTROL, **synthetic.MORE_CONTROL},  # all picked: host_devices
     )
 
 

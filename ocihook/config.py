@@ -35,6 +35,17 @@ MAX_CACHE_BYTES = 4 << 20
 RACY_SECONDS = 0.1  # margin below the coarse clock at the read (file times are tick-coarse)
 CLOCK_REALTIME_COARSE = 5  # Linux; the clock file times are taken from
 
+# The annotations request.allow reads unless request.trusted_annotations says otherwise: the
+# container labels kubelet sets on every container, which CRI-O writes into the OCI config after,
+# and so over, the pod's own annotations (seen with CRI-O 1.37: tests/test_e2e_crio.py). A pod's
+# author can set any other key, and these ones too as pod annotations, but theirs lose.
+TRUSTED_ANNOTATIONS = [
+    "io.kubernetes.pod.namespace",
+    "io.kubernetes.pod.name",
+    "io.kubernetes.pod.uid",
+    "io.kubernetes.container.name",
+]
+
 DEFAULTS: dict = {
     "profile": "nvidia",
     "profile_dirs": ["/etc/ocihook/profiles", "/usr/share/ocihook/profiles"],
@@ -45,6 +56,7 @@ DEFAULTS: dict = {
         "capabilities_annotation": "ocihook.io/capabilities",
         "env": False,
         "allow": [],
+        "trusted_annotations": TRUSTED_ANNOTATIONS,
     },
     "container": {"lib_dir": "auto", "bin_dir": "/usr/bin"},
     "ldconfig": {"enabled": True, "path": "/sbin/ldconfig", "writer": "native"},
@@ -325,7 +337,7 @@ def _compile(path: str) -> tuple[dict, list, bool]:
         document = {}
     _validate(document, full_schema, f"config {path}")
     config = _merge(DEFAULTS, document)
-    _compile_allow(config["request"]["allow"], path)
+    _compile_allow(config["request"]["allow"], config["request"]["trusted_annotations"], path)
     files = [[path, "config", key]]
     profile = config["profile"]
     if isinstance(profile, str):
@@ -355,20 +367,25 @@ def _compile(path: str) -> tuple[dict, list, bool]:
     return config, files, racy
 
 
-def _compile_allow(allow: list[dict], path: str) -> None:
-    """Compile every request.allow regex now, as the hook will at container start."""
+def _compile_allow(allow: list[dict], trusted: list[str], path: str) -> None:
+    """Compile every request.allow regex now, as the hook will at container start; a key regex
+    must match one of the trusted annotations, the only ones the allow-list reads."""
     import re
 
     for number, entry in enumerate(allow):
+        where = f"config {path}: request.allow.{number}.annotations"
         for key_re, value_re in (entry.get("annotations") or {}).items():
             for pattern in (key_re, value_re):
                 try:
                     re.compile(pattern)
                 except re.error as error:
-                    raise OcihookError(
-                        f"config {path}: request.allow.{number}.annotations: "
-                        f"invalid regex {pattern!r:.60}: {error}"
-                    ) from None
+                    raise OcihookError(f"{where}: invalid regex {pattern!r:.60}: {error}") from None
+            if not any(re.search(key_re, key) for key in trusted):
+                raise OcihookError(
+                    f"{where}: key {key_re!r:.60} matches none of request.trusted_annotations "
+                    f"({', '.join(trusted) or 'none'}): the allow-list reads only those, since a "
+                    "pod's author can set any other annotation"
+                )
 
 
 def profile_candidates(name: str, profile_dirs: list[str]) -> list[str]:

@@ -113,7 +113,9 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     if settings["allow"]:
         from ocihook.request import check_allowed
 
-        check_allowed(request, container.annotations, settings["allow"])
+        check_allowed(
+            request, container.annotations, settings["allow"], settings["trusted_annotations"]
+        )
     from ocihook.request import requested_capabilities
 
     request.capabilities = requested_capabilities(

@@ -9,6 +9,7 @@ from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 
 from __future__ import annotations
 
+from ocihook.config import TRUSTED_ANNOTATIONS
 from ocihook.errors import OcihookError
 from ocihook.slots import Struct
 
@@ -243,11 +244,19 @@ def _annotations_match(patterns: dict[str, str], annotations: dict[str, str]) ->
     return True
 
 
-def check_allowed(request: DeviceRequest, annotations: dict[str, str], allow: list[dict]) -> None:
+def check_allowed(
+    request: DeviceRequest,
+    annotations: dict[str, str],
+    allow: list[dict],
+    trusted: list[str] = TRUSTED_ANNOTATIONS,
+) -> None:
     """Pass if some allow-list entry matches the container's annotations and covers the
-    requested devices; else raise OcihookError naming what was refused."""
+    requested devices; else raise OcihookError naming what was refused. Only the annotations
+    named in `trusted` (the config's request.trusted_annotations) are read: every other key
+    may come from whoever wrote the pod."""
+    readable = {key: annotations[key] for key in trusted if key in annotations}
     for entry in allow:
-        if _annotations_match(entry.get("annotations") or {}, annotations) and _covers(
+        if _annotations_match(entry.get("annotations") or {}, readable) and _covers(
             entry.get("devices"), request
         ):
             return

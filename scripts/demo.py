@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ocihook.selinux.label import selinux_enabled  # noqa: E402
-from tests.support import images, podman, synthetic  # noqa: E402
+from tests.support import host_devices, images, podman, synthetic  # noqa: E402
 
 WORK = REPO / "build" / "demo"
 
@@ -25,7 +25,15 @@ def step(message: str) -> None:
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    step("building the synthetic driver (libsynth, synth-smi, /dev/synthN = real char devices)")
+    try:
+        picked = synthetic.suite_devices()
+    except host_devices.TooFewDevices as error:
+        print(f"DEMO FAILED: {error}", file=sys.stderr)
+        return 1
+    nodes = ", ".join(
+        f"{name} = {picked[name]}" for name in synthetic.DEVICE_NAMES + synthetic.CONTROL_NAMES
+    )
+    step(f"building the synthetic driver (libsynth, synth-smi; this kernel's devices: {nodes})")
     driver = synthetic.build_driver(WORK / "driver")
     if selinux_enabled():
         # As README tells users: a driver tree containers share is labelled for them.
@@ -71,7 +79,11 @@ def main() -> int:
     ok = (
         with_driver.returncode == 0
         and "loaded from /usr/lib64/libsynth.so.1" in with_driver.stdout
-        and "read-write" in with_driver.stdout
+        and all(
+            f"opened /dev/{name} ({picked[name].major}:{picked[name].minor}) read-write"
+            in with_driver.stdout
+            for name in synthetic.DEVICE_NAMES + synthetic.CONTROL_NAMES
+        )
         and "synth entries: 0" in plain.stdout
     )
     if ok:

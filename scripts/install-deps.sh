@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages that the demo, the tests, the RPM build and the enforcing
-# guest (qemu, mmdebstrap: make test-enforcing) need.
+# guest (qemu, mmdebstrap: make test-enforcing) need. The CRI-O tier runs ../shared/tools/crio
+# (built from source: not a Debian package) with Debian's conmon, runc and CNI plugins; that
+# crio links libsqlite3.
 # Idempotent: does nothing when every package is already installed.
 set -eu
 PKGS="podman runc busybox-static gcc make libc6-dev
@@ -8,7 +10,8 @@ selinux-policy-default selinux-policy-dev selinux-policy-src checkpolicy semodul
 policycoreutils setools python3-selinux python3-setools python3-sepolgen python3-venv
 python3-dev rpm rpmlint zstd attr cpio
 python3-click python3-yaml python3-jsonschema python3-pip python3-setuptools python3-wheel
-qemu-system-x86 mmdebstrap e2fsprogs git"
+qemu-system-x86 mmdebstrap e2fsprogs git
+conmon containernetworking-plugins libsqlite3-0"
 # shellcheck disable=SC2086
 if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \
    || [ "$(dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | wc -l)" -ne "$(echo $PKGS | wc -w)" ]; then

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import crio as crio_support
 from tests.support import images, podman, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,11 @@ def mount_table() -> list[str]:
     with open("/proc/self/mountinfo") as mountinfo:
         for line in mountinfo:
             fields = line.split()
-            if fields[4] == PODMAN_STORAGE_MOUNT or PODMAN_CONTAINER_MOUNT.match(fields[4]):
+            if (
+                fields[4] == PODMAN_STORAGE_MOUNT
+                or PODMAN_CONTAINER_MOUNT.match(fields[4])
+                or crio_support.HOST_MOUNT.match(fields[4])
+            ):
                 continue
             sep = fields.index("-")
             rows.append(f"{fields[4]} {fields[sep + 1]} {fields[sep + 2]} {fields[3]}")
@@ -135,13 +140,59 @@ def hook_setup(tmp_path, hook_exe, synth_root) -> HookSetup:
     return setup
 
 
+@pytest.fixture(scope="session")
+def crio(tmp_path_factory, hook_exe) -> crio_support.Crio:
+    """The tests' own CRI-O (tests/support/crio.py), configured with the hooks_dir drop-in of
+    docs/kubernetes.md (its dirs relocated under crio.node), the test images in its own
+    storage, and the hook registered in the drop-in's first dir with the config at
+    crio.hook_config (each test writes it: crio_setup). Stopped, and everything it left
+    removed, at the end of the session, whatever happened."""
+    drop_in = crio_support.docs_drop_in((REPO / "docs/kubernetes.md").read_text())
+    server = crio_support.Crio(drop_in)
+    try:
+        roots = tmp_path_factory.mktemp("crio-images")
+        server.images = {
+            "busybox": server.import_image(
+                images.busybox_rootfs(roots / "busybox"), "ocihook-crio-busybox"
+            ),
+            "debian": server.import_image(
+                images.glibc_rootfs(roots / "debian", "debian"), "ocihook-crio-debian"
+            ),
+            "rhel": server.import_image(
+                images.glibc_rootfs(roots / "rhel", "rhel"), "ocihook-crio-rhel"
+            ),
+        }
+        server.write_config(pause_image=server.images["busybox"])
+        first_dir = Path(crio_support.hooks_dirs(server.drop_in)[0])
+        podman.write_hooks_dir(first_dir, hook_exe, server.hook_config, server.dir / "cache")
+        server.start()
+        yield server
+    finally:
+        forced = server.stop()
+    assert not forced, f"crio left these behind (undone by force): {forced}"
+
+
+@pytest.fixture
+def crio_setup(crio, tmp_path, synth_root) -> crio_support.Setup:
+    """One test's hook config for the session's crio (state and log in tmp_path); the pods the
+    test made are removed after it, and crio's mounts are then what they were before it."""
+    tmp_path.chmod(0o755)
+    setup = crio_support.Setup(crio, tmp_path, synth_root)
+    setup.write_config(**base_config(tmp_path, synth_root))
+    before = crio.mounts()
+    yield setup
+    setup.remove_pods()
+    assert sorted(crio.mounts()) == sorted(before)
+
+
 # Test tiers. A test needs root when it asks for one of these fixtures (they make device nodes,
 # mount, or import podman images) or carries the mark itself; the marks are registered in
 # pyproject.toml. `pytest -m "not root"` is the tier an ordinary user runs.
 ROOT_FIXTURES = frozenset(
-    {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel"}
+    {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"}
 )
-PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel"})
+PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"})
+CRIO_FIXTURES = frozenset({"crio", "crio_setup"})
 
 
 def _unmet(mark: str) -> str | None:
@@ -150,12 +201,10 @@ def _unmet(mark: str) -> str | None:
         return "needs root (device nodes, mounts, namespaces, cgroups)"
     if mark == "podman" and shutil.which("podman") is None:
         return "needs podman"
+    if mark == "crio":
+        return crio_support.unmet()
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
-    if mark == "crio":
-        crio = Path(__file__).resolve().parent.parent.parent / "shared/tools/crio/crio"
-        if not os.access(crio, os.X_OK):
-            return f"needs CRI-O ({crio})"
     if mark == "go":
         from tests.support import goregexp
 
@@ -180,6 +229,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.root)
         if used & PODMAN_FIXTURES:
             item.add_marker(pytest.mark.podman)
+        if used & CRIO_FIXTURES:
+            item.add_marker(pytest.mark.crio)
         for mark in ("root", "podman", "crio", "vm", "go", "tomllib"):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from ocihook.errors import OcihookError
 from ocihook.request import DeviceRequest, check_allowed
@@ -84,10 +85,11 @@ def test_allow_list_in_a_container(hook_setup, image_busybox, synth_root, device
         {"annotations": {"^tenant$": "^gpu$"}, "devices": [0]},
         {"annotations": {"^admin$": "yes"}, "devices": "all"},
     ]
+    # podman's caller sets every annotation (and is root): trusting these keys is the admin's
+    # choice here; in Kubernetes only the defaults are safe (tests/test_e2e_crio.py).
+    request = {"allow": allow, "trusted_annotations": ["tenant", "admin"]}
     hook_setup.write_config(
-        **base_config(
-            hook_setup.dir, synth_root, request={"allow": allow}, ldconfig={"enabled": False}
-        )
+        **base_config(hook_setup.dir, synth_root, request=request, ldconfig={"enabled": False})
     )
     extra = [arg for k, v in wanted.items() for arg in ("--annotation", f"{k}={v}")]
     result = hook_setup.run(image_busybox, LS_DEV, devices, extra=extra)
@@ -102,14 +104,48 @@ def test_allow_list_in_a_container(hook_setup, image_busybox, synth_root, device
 
 def test_check_allowed_semantics():
     allow = [{"annotations": {"team": "^ml"}, "devices": [0, 1]}, {"devices": [7]}]
-    check_allowed(DeviceRequest((0, 1), "a"), {"io.team": "mlops"}, allow)  # unanchored key
-    check_allowed(DeviceRequest((7,), "a"), {}, allow)  # no annotations: matches every container
+    trusted = ["io.team", "team"]
+    check_allowed(DeviceRequest((0, 1), "a"), {"io.team": "mlops"}, allow, trusted)  # unanchored
+    check_allowed(DeviceRequest((7,), "a"), {}, allow, trusted)  # no annotations: any container
     for request, labels in (
         (DeviceRequest(None, "a"), {"team": "ml"}),  # all needs devices: all
         (DeviceRequest((2,), "a"), {"team": "ml"}),
         (DeviceRequest((0,), "a"), {"team": "ai"}),
     ):
         with pytest.raises(OcihookError, match="not allowed"):
-            check_allowed(request, labels, allow)
+            check_allowed(request, labels, allow, trusted)
     with pytest.raises(OcihookError, match="invalid regex"):
         check_allowed(DeviceRequest((0,), "a"), {}, [{"annotations": {"(": ""}, "devices": "all"}])
+
+
+def test_allow_list_reads_only_the_trusted_annotations():
+    """A key the allow-list does not trust is not read, whatever its value: by default only
+    the kubelet's container labels (a pod's author can set any other annotation)."""
+    allow = [{"annotations": {"namespace$": "^gpu$"}, "devices": "all"}]
+    request = DeviceRequest((0,), "a")
+    check_allowed(request, {"io.kubernetes.pod.namespace": "gpu"}, allow)
+    for forged in ({"my.namespace": "gpu"}, {"namespace": "gpu", "x": "y"}):
+        with pytest.raises(OcihookError, match="not allowed"):
+            check_allowed(request, {**forged, "io.kubernetes.pod.namespace": "cpu"}, allow)
+    check_allowed(request, {"my.namespace": "gpu"}, allow, ["my.namespace"])
+
+
+def test_allow_key_that_reads_no_trusted_annotation_is_a_config_error(tmp_path):
+    """An entry whose key regex matches none of request.trusted_annotations could never match
+    (fail closed): the config says so at once, as one line."""
+    from ocihook.config import compile_config
+
+    config = tmp_path / "config.yaml"
+    allow = [{"annotations": {"^tenant$": "^gpu$"}, "devices": "all"}]
+    config.write_text(yaml.safe_dump(base_config(tmp_path, tmp_path, request={"allow": allow})))
+    with pytest.raises(OcihookError) as error:
+        compile_config(str(config))
+    assert str(error.value) == (
+        f"config {config}: request.allow.0.annotations: key '^tenant$' matches none of "
+        "request.trusted_annotations (io.kubernetes.pod.namespace, io.kubernetes.pod.name, "
+        "io.kubernetes.pod.uid, io.kubernetes.container.name): the allow-list reads only "
+        "those, since a pod's author can set any other annotation"
+    )
+    request = {"allow": allow, "trusted_annotations": ["tenant"]}
+    config.write_text(yaml.safe_dump(base_config(tmp_path, tmp_path, request=request)))
+    assert compile_config(str(config))[0]["request"]["trusted_annotations"] == ["tenant"]

@@ -1,9 +1,10 @@
 """Device cgroup module against the real kernel: v1 devices controller and v2 BPF programs.
 
 Every test builds its own cgroup (removed afterwards, even on failure), moves a forked child
-into it and lets the child open real device nodes: /dev/loop-control (char 10:237) stands in
-for an accelerator, /dev/autofs (10:235) is a device nobody asked for, /dev/null (1:3) one
-the runtime allowed. Needs root with CAP_SYS_ADMIN, the v1 devices controller at
+into it and lets the child open real device nodes of this host: the one the synthetic
+driver's synth0 takes stands in for an accelerator, another is a device nobody asked for
+(both picked from the running kernel by tests/support/host_devices.py, which runc denies),
+/dev/null (1:3) one the runtime allowed. Needs root with CAP_SYS_ADMIN, the v1 devices controller at
 /sys/fs/cgroup/devices and a cgroup2 mount at /sys/fs/cgroup/unified (this machine and CI).
 """
 
@@ -30,17 +31,18 @@ from ocihook.cgroups import (
     revert_device_edits,
 )
 from ocihook.errors import OcihookError
-from tests.support import device_programs
+from tests.support import device_programs, synthetic
 from tests.support.device_programs import describe_device_access
 from tests.support.sandbox import in_child
 
 V1_ROOT = "/sys/fs/cgroup/devices"
 V2_ROOT = "/sys/fs/cgroup/unified"
-LOOP = "/dev/loop-control"  # char 10:237
-AUTOFS = "/dev/autofs"  # char 10:235
+ACCEL = synthetic.suite_devices()["synth0"]  # a host device runc denies: the accelerator
+ACCEL_NODE = ACCEL.path
+OTHER_NODE = synthetic.UNREQUESTED.path  # another one, that nobody asks for
 RW, RO = os.O_RDWR, os.O_RDONLY
-ACCEL_RW = DeviceRule("c", 10, 237, "rw")
-ACCEL_R = DeviceRule("c", 10, 237, "r")
+ACCEL_RW = DeviceRule("c", ACCEL.major, ACCEL.minor, "rw")
+ACCEL_R = DeviceRule("c", ACCEL.major, ACCEL.minor, "r")
 # runc-like default-deny program: /dev/null rwm, /dev/zero rw.
 RUNTIME_RULES = [(("c", 1, 3, "rwm"), True), (("c", 1, 5, "rw"), True)]
 
@@ -209,7 +211,11 @@ def v1_cgroup(lab):
 
 @pytest.mark.root
 def test_v2_runtime_program_denies_the_accelerator(v2_runtime):
-    assert probe(v2_runtime, (LOOP, RW), ("/dev/null", RW), ("/dev/zero", RW)) == ["EPERM", 0, 0]
+    assert probe(v2_runtime, (ACCEL_NODE, RW), ("/dev/null", RW), ("/dev/zero", RW)) == [
+        "EPERM",
+        0,
+        0,
+    ]
 
 
 @pytest.mark.root
@@ -218,9 +224,14 @@ def test_v2_allow_rw(v2_runtime):
     edits = allow_devices(target, [ACCEL_RW])
     assert edits == plan_device_edits(target, [ACCEL_RW])
     assert edits == [
-        {"cgroup": "v2", "path": v2_runtime, "action": "bpf-prepend-allow", "rule": "c 10:237 rw"}
+        {
+            "cgroup": "v2",
+            "path": v2_runtime,
+            "action": "bpf-prepend-allow",
+            "rule": ACCEL.rule("rw"),
+        }
     ]
-    got = probe(v2_runtime, (LOOP, RW), (LOOP, RO), (AUTOFS, RO), ("/dev/null", RW))
+    got = probe(v2_runtime, (ACCEL_NODE, RW), (ACCEL_NODE, RO), (OTHER_NODE, RO), ("/dev/null", RW))
     assert got == [0, 0, "EPERM", 0]
     # /dev/zero was allowed rw but not mknod by the runtime: still so.
     assert probe(v2_runtime, ("/dev/zero", RW)) == [0]
@@ -231,7 +242,7 @@ def test_v2_allow_rw(v2_runtime):
 @pytest.mark.root
 def test_v2_allow_read_only(v2_runtime):
     allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_R])
-    got = probe(v2_runtime, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
+    got = probe(v2_runtime, (ACCEL_NODE, RO), (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/null", RW))
     assert got == [0, "EPERM", "EPERM", 0]
 
 
@@ -243,7 +254,7 @@ def test_v2_decoder_reads_back_rules(v2_runtime):
     allow_devices(target, [ACCEL_RW, DeviceRule("b", 7, -1, "r")])
     (prog,) = describe_device_access(target)
     assert prog["rules"] == [
-        "allow c 10:237 rw",
+        f"allow {ACCEL.rule('rw')}",
         "allow b 7:* r",
         "allow c 1:3 rwm",
         "allow c 1:5 rw",
@@ -257,9 +268,9 @@ def test_v2_revert_restores_runtime_program(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
     _, before = attached(v2_runtime)
     edits = allow_devices(target, [ACCEL_RW])
-    assert probe(v2_runtime, (LOOP, RW)) == [0]
+    assert probe(v2_runtime, (ACCEL_NODE, RW)) == [0]
     revert_device_edits(target, edits)
-    assert probe(v2_runtime, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    assert probe(v2_runtime, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
     _, after = attached(v2_runtime)
     assert [d for _, d in after] == [d for _, d in before]
     revert_device_edits(target, edits)  # nothing left to undo: no error
@@ -281,17 +292,21 @@ def test_v2_every_attached_program_is_extended(v2_runtime):
     attach_program(v2_runtime, bpf.device_filter([(("c", 1, 3, "rwm"), True)]))
     assert probe(v2_runtime, ("/dev/null", RW), ("/dev/zero", RW)) == [0, "EPERM"]
     allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_RW])
-    assert probe(v2_runtime, (LOOP, RW), (AUTOFS, RO), ("/dev/zero", RW)) == [0, "EPERM", "EPERM"]
+    assert probe(v2_runtime, (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/zero", RW)) == [
+        0,
+        "EPERM",
+        "EPERM",
+    ]
     _, progs = attached(v2_runtime)
     assert len(progs) == 2
-    assert all(d.rules[0] == (("c", 10, 237, "rw"), True) for _, d in progs)
+    assert all(d.rules[0] == (ACCEL_RW.as_tuple(), True) for _, d in progs)
 
 
 @pytest.mark.root
 def test_v2_single_program_mode(v2_cgroup):
     attach_program(v2_cgroup, bpf.device_filter(RUNTIME_RULES), flags=0)
     allow_devices(CgroupTarget("v2", v2_cgroup), [ACCEL_RW])
-    assert probe(v2_cgroup, (LOOP, RW), (AUTOFS, RO)) == [0, "EPERM"]
+    assert probe(v2_cgroup, (ACCEL_NODE, RW), (OTHER_NODE, RO)) == [0, "EPERM"]
     flags, progs = attached(v2_cgroup)
     assert flags == 0 and len(progs) == 1
 
@@ -333,7 +348,7 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
     finally:
         for fd in (cfd, stale, new):
             os.close(fd)
-    assert probe(v2_runtime, (LOOP, RW)) == ["EPERM"]
+    assert probe(v2_runtime, (ACCEL_NODE, RW)) == ["EPERM"]
 
 
 @pytest.mark.root
@@ -348,21 +363,25 @@ def test_v2_empty_rules_do_nothing(v2_cgroup):
 @pytest.mark.root
 def test_v1_allow_rw(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
-    assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    assert probe(v1_cgroup, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
     edits = allow_devices(target, [ACCEL_RW])
     assert edits == plan_device_edits(target, [ACCEL_RW])
     assert edits == [
-        {"cgroup": "v1", "path": v1_cgroup, "action": "devices.allow", "rule": "c 10:237 rw"}
+        {"cgroup": "v1", "path": v1_cgroup, "action": "devices.allow", "rule": ACCEL.rule("rw")}
     ]
-    assert probe(v1_cgroup, (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW)) == [0, "EPERM", 0]
+    assert probe(v1_cgroup, (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/null", RW)) == [
+        0,
+        "EPERM",
+        0,
+    ]
     with open(os.path.join(v1_cgroup, "devices.list")) as f:
-        assert "c 10:237 rw" in f.read().splitlines()
+        assert ACCEL.rule("rw") in f.read().splitlines()
 
 
 @pytest.mark.root
 def test_v1_allow_read_only(v1_cgroup):
     allow_devices(CgroupTarget("v1", v1_cgroup), [ACCEL_R])
-    got = probe(v1_cgroup, (LOOP, RO), (LOOP, RW), (AUTOFS, RO), ("/dev/null", RW))
+    got = probe(v1_cgroup, (ACCEL_NODE, RO), (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/null", RW))
     assert got == [0, "EPERM", "EPERM", 0]
 
 
@@ -371,7 +390,7 @@ def test_v1_revert(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     edits = allow_devices(target, [ACCEL_RW])
     revert_device_edits(target, edits)
-    assert probe(v1_cgroup, (LOOP, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    assert probe(v1_cgroup, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
 
 
 @pytest.mark.root
@@ -383,7 +402,7 @@ def test_v1_parent_denies_all_or_nothing(v1_cgroup):
     with pytest.raises(OcihookError) as exc:
         allow_devices(target, [DeviceRule("c", 1, 3, "rw"), ACCEL_RW])
     assert str(exc.value) == (
-        f"cannot write 'c 10:237 rw' to {child}/devices.allow: Operation not permitted "
+        f"cannot write '{ACCEL.rule('rw')}' to {child}/devices.allow: Operation not permitted "
         "(the parent cgroup does not allow it)"
     )
     assert probe(child, ("/dev/null", RW)) == ["EPERM"]
@@ -571,11 +590,14 @@ def test_rules_are_checked():
     with pytest.raises(OcihookError):
         parse_rule("c 10 rw")
     rules = [ACCEL_RW, ACCEL_RW, ACCEL_R]
-    assert [e["rule"] for e in plan_device_edits(target, rules)] == ["c 10:237 rw", "c 10:237 r"]
+    assert [e["rule"] for e in plan_device_edits(target, rules)] == [
+        ACCEL.rule("rw"),
+        ACCEL.rule("r"),
+    ]
 
 
 @pytest.mark.root
 def test_v1_describe(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     allow_devices(target, [ACCEL_RW])
-    assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", "c 10:237 rw"]}]
+    assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", ACCEL.rule("rw")]}]

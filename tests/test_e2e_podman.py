@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import json
 
-from tests.support import podman
+from tests.support import podman, synthetic
 
 
 def test_all_devices_driver_runs_and_opens_device(hook_setup, image_rhel):
     result = hook_setup.run(image_rhel, ["/usr/bin/synth-smi"], devices="all")
     assert result.returncode == 0, result.stderr
     assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in result.stdout
-    for node, (major, minor) in (
-        ("synth0", (10, 237)),
-        ("synth1", (10, 235)),
-        ("synth2", (10, 234)),
-        ("synthctl", (10, 232)),
-    ):
-        assert f"opened /dev/{node} ({major}:{minor}) read-write" in result.stdout
+    for node in synthetic.DEVICE_NAMES + synthetic.CONTROL_NAMES:
+        assert synthetic.opened(node) in result.stdout
 
 
 def test_no_request_injects_nothing(hook_setup, image_busybox):
@@ -62,7 +57,7 @@ def test_debian_layout_finds_library_through_ld_cache(hook_setup, image_debian):
     )
     assert result.returncode == 0, result.stderr
     assert "loaded from /usr/lib/x86_64-linux-gnu/libsynth.so.1" in result.stdout
-    assert "opened /dev/synth0 (10:237) read-write" in result.stdout
+    assert synthetic.opened("synth0") in result.stdout
     assert result.stdout.strip().splitlines()[-1] != "0"
 
 
@@ -85,7 +80,7 @@ def test_read_only_container(hook_setup, image_rhel):
         extra=["--read-only"],
     )
     assert result.returncode == 0, result.stderr
-    assert "opened /dev/synth0 (10:237) read-write" in result.stdout
+    assert synthetic.opened("synth0") in result.stdout
     assert "READONLY" in result.stdout
 
 
@@ -127,7 +122,9 @@ def test_record_written_and_kept_exited_at_poststop(hook_setup, image_busybox):
             "/dev/synthctl",
             "/dev/synth-uvm",
         ]
-        assert record["cgroup"] and record["cgroup"][0]["rule"] == "c 10:237 rw"
+        assert record["cgroup"] and record["cgroup"][0]["rule"] == (
+            synthetic.suite_devices()["synth0"].rule("rw")
+        )
         assert f"{record['id']}: injected" in hook_setup.log.read_text()
     finally:
         podman.remove("ocihook-record-test")

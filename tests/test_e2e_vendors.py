@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import base_config
-from tests.support import fake_hosts
+from tests.support import fake_hosts, hosts
 
 ENXIO = "No such device or address"
 ENODEV = "No such device"
@@ -90,9 +90,13 @@ def vendor_host(hook_setup, tmp_path_factory, synth_root):
         hook_setup.write_config(**settings)
         return root
 
-    assert fake_hosts.unregistered_majors() == {226, 231, 261, 508, 511}, (
+    assert fake_hosts.unregistered_majors() == set(fake_hosts.FAKE_MAJORS), (
         "a driver of this machine registered one of the fake hosts' majors: "
         "open() would reach it instead of failing with ENXIO"
+    )
+    assert not fake_hosts.misc_minor_registered(fake_hosts.RDMA_CM[1]), (
+        f"a misc driver of this machine has minor {fake_hosts.RDMA_CM[1]} (the fake rdma_cm): "
+        "open() would reach it instead of failing with ENODEV"
     )
     return setup
 
@@ -163,6 +167,10 @@ def test_nvidia_profile_on_the_common_schema(
     its (dummy) libraries mounted. Stand-in: 195 and 510 are no registered majors here."""
     from tests.test_plan import nvidia_tree
 
+    nvidia_majors = frozenset(major for major, _ in hosts.NODES.values())
+    assert fake_hosts.unregistered_majors(nvidia_majors) == set(nvidia_majors), (
+        "a driver of this machine registered NVIDIA's majors: open() would not fail with ENXIO"
+    )
     root = nvidia_tree(tmp_path_factory.mktemp("nv") / "driver")
     root.chmod(0o755)
     settings = base_config(

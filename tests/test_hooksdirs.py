@@ -13,9 +13,9 @@ import pytest
 
 from ocihook import hooksdirs
 from ocihook.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
+from tests.support import crio as crio_support
 
 REPO = Path(__file__).resolve().parent.parent
-CRIO = REPO.parent / "shared" / "tools" / "crio" / "crio"
 V43, V48, V50, V57 = (4, 3), (4, 8), (5, 0), (5, 7)
 
 
@@ -216,8 +216,10 @@ def test_crio_config_files_it_cannot_read(tmp_path):
 
 def crio_config(tmp_path: Path, env: dict) -> list[str]:
     """hooks_dir as `crio config` prints it: CRI-O's own merge of the same files."""
+    found = crio_support.binaries()
+    assert found, crio_support.unmet()
     result = subprocess.run(
-        [str(CRIO), "--config", env["CONTAINER_CONFIG"], "--config-dir"]
+        [found["crio"], "--config", env["CONTAINER_CONFIG"], "--config-dir"]
         + [env["CONTAINER_CONFIG_DIR"], "config"],
         capture_output=True,
         text=True,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import podman
+from tests.support import podman, synthetic
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -342,8 +342,8 @@ def test_installed_hook_injects_driver_into_podman_container(
     assert f"module: {SITELIB}/ocihook/__init__.py" in result.stdout
     assert f"command: ocihook, version {VERSION}" in result.stdout
     assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in result.stdout
-    for node, (major, minor) in (("synth0", (10, 237)), ("synthctl", (10, 232))):
-        assert f"opened /dev/{node} ({major}:{minor}) read-write" in result.stdout
+    for node in ("synth0", "synthctl"):
+        assert synthetic.opened(node) in result.stdout
     assert log, "the installed hook wrote no log"
     # poststop ran too: the container's record is kept, marked exited.
     (record,) = (tmp_path / "state").glob("*.json")

@@ -20,6 +20,7 @@ from ocihook import apply, linux, securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link
 from ocihook.selinux.label import get_label, label_at
+from tests.support import synthetic
 from tests.support.sandbox import in_private_mount_ns
 
 LABEL = "system_u:object_r:container_file_t:s0:c1,c2"
@@ -85,7 +86,10 @@ def test_device_nodes_get_the_host_nodes_mode_whatever_the_umask(tmp_path):
         writer = apply.ContainerWriter(root_fd, None)
         old = os.umask(0o022)
         try:
-            node = DeviceNode("/dev/synth0", "/dev/loop-control", "c", 10, 237, 0o666, 0, "rw")
+            accel = synthetic.suite_devices()["synth0"]
+            node = DeviceNode(
+                "/dev/synth0", accel.path, "c", accel.major, accel.minor, 0o666, 0, "rw"
+            )
             writer.device_node(node)
         finally:
             os.umask(old)

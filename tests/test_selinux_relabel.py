@@ -12,8 +12,10 @@ from ocihook.errors import OcihookError
 from ocihook.selinux.cli import selinux as selinux_cli
 from ocihook.selinux.label import DEVICE_CONTEXT, SHARED_FILE_CONTEXT, XATTR, get_label
 from ocihook.selinux.relabel import relabel
+from tests.support import synthetic
 
-LOOP_CONTROL = os.makedev(10, 237)  # /dev/loop-control stands in for an accelerator
+ACCEL = synthetic.suite_devices()["synth0"]  # a host device stands in for an accelerator
+ACCEL_RDEV = os.makedev(ACCEL.major, ACCEL.minor)
 OLD = "system_u:object_r:tmp_t:s0"
 
 
@@ -32,7 +34,7 @@ def tree(tmp_path: Path) -> dict[str, Path]:
     (root / "lib64" / "libsynth.so.1").write_bytes(b"\x7fELF")
     (root / "lib64" / "libsynth.so").symlink_to("libsynth.so.1")
     (root / "dev").mkdir()
-    os.mknod(root / "dev" / "synth0", 0o600 | 0o020000, LOOP_CONTROL)
+    os.mknod(root / "dev" / "synth0", 0o600 | 0o020000, ACCEL_RDEV)
     (root / "escape").symlink_to(outside)
     (root / "escape-dir").symlink_to(tmp_path)
     _set(root / "lib64" / "libsynth.so.1", OLD)
@@ -108,10 +110,10 @@ def test_refuses_system_dirs(path: str) -> None:
 
 
 def test_single_device_node_under_dev() -> None:
-    changes = relabel(["/dev/loop-control"], dry_run=True)
-    expected = [] if get_label("/dev/loop-control") == DEVICE_CONTEXT else [DEVICE_CONTEXT]
-    assert [c.new for c in changes if c.path == "/dev/loop-control"] == expected
-    assert all(c.path == "/dev/loop-control" for c in changes)
+    changes = relabel([ACCEL.path], dry_run=True)
+    expected = [] if get_label(ACCEL.path) == DEVICE_CONTEXT else [DEVICE_CONTEXT]
+    assert [c.new for c in changes if c.path == ACCEL.path] == expected
+    assert all(c.path == ACCEL.path for c in changes)
 
 
 @pytest.mark.root

@@ -12,6 +12,10 @@ from ocihook.selinux.cli import selinux as selinux_cli
 from ocihook.selinux.label import SHARED_FILE_CONTEXT, XATTR, selinux_enabled
 from ocihook.selinux.relabel import relabel
 from ocihook.selinux.status import BOOLEANS, collect, selinux_mode
+from tests.support import synthetic
+
+_ACCEL = synthetic.suite_devices()["synth0"]  # any char device of this host will do
+ACCEL_RDEV = os.makedev(_ACCEL.major, _ACCEL.minor)
 
 
 def test_mode_matches_the_kernel() -> None:
@@ -60,7 +64,7 @@ def test_status_json_reports_mislabelled_source(tmp_path) -> None:
 def test_status_finds_device_nodes(tmp_path) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
-    os.mknod(dev / "synth0", 0o600 | 0o020000, os.makedev(10, 237))
+    os.mknod(dev / "synth0", 0o600 | 0o020000, ACCEL_RDEV)
     (dev / "null-ish").write_text("")
     status = collect(dev=str(dev))
     assert status.devices == [str(dev / "synth0")]
@@ -75,7 +79,7 @@ def test_status_finds_gaudi_nodes(tmp_path) -> None:
     for sub in ("accel", "dri"):
         (dev / sub).mkdir(parents=True)
     for path in ("accel/accel0", "accel/accel_controlD0", "hl1", "hl_controlD1", "dri/card0"):
-        os.mknod(dev / path, 0o600 | 0o020000, os.makedev(10, 237))
+        os.mknod(dev / path, 0o600 | 0o020000, ACCEL_RDEV)
     status = collect(dev=str(dev))
     assert status.devices == [
         str(dev / p) for p in ("accel/accel0", "accel/accel_controlD0", "hl1", "hl_controlD1")

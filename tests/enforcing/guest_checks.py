@@ -26,7 +26,7 @@ SRC = Path(sys.argv[1]).resolve()
 OUT = Path(sys.argv[2]).resolve()
 sys.path.insert(0, str(SRC))
 
-from tests.support import fake_hosts, images, podman, synthetic  # noqa: E402
+from tests.support import fake_hosts, host_devices, images, podman, synthetic  # noqa: E402
 
 AUDIT_LOG = Path("/var/log/audit/audit.log")
 DRIVER = Path("/srv/synth-driver")
@@ -225,10 +225,10 @@ def install():
 
 @check("setup-driver-and-image")
 def setup():
-    # The synthetic devices are char devices of the guest (loop-control, autofs, btrfs-control,
-    # kvm, fuse): load their drivers now, as the host's are, so that opening one in a
-    # container does not ask the kernel to load a module (which containers may not).
-    sh(["modprobe", "-a", "loop", "autofs4", "btrfs", "fuse"])
+    # The synthetic devices are char devices of the guest, picked from its /proc/misc and
+    # /proc/devices (host_devices.py) when the driver is built: load the modules that
+    # register the preferred ones first, so that they are there to pick.
+    sh(["modprobe", "-a", *host_devices.MODULES])
     shutil.rmtree(DRIVER, ignore_errors=True)
     synthetic.build_driver(DRIVER)
     relabel = sh(["ocihook", "selinux", "relabel", str(DRIVER)])

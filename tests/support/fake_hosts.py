@@ -4,9 +4,11 @@ and real char device nodes (mknod) in `dev/`.
 
 Majors and minors are the kernel's where they are fixed (drm 226, infiniband 231, accel
 261) and typical dynamic ones elsewhere (kfd, habanalabs control nodes). None of these
-majors is registered on the test machine (checked by `unregistered_majors`), so a
-container that the device cgroup lets open such a node gets ENXIO (no driver), one it
-does not let gets EPERM. rdma_cm is a misc device (10:58), free here: ENODEV when allowed.
+majors is registered on the test machine (checked by `unregistered_majors` where a
+container opens them), so a container that the device cgroup lets open such a node gets
+ENXIO (no driver), one it does not let gets EPERM. rdma_cm is a misc device (10:58), a
+minor no misc driver of the test machine has (checked by `misc_minor_registered`): ENODEV
+when allowed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 DRM, INFINIBAND, ACCEL = 226, 231, 261
 KFD_MAJOR, HL_MAJOR = 511, 508  # dynamic majors: differ between hosts
 RDMA_CM = (10, 58)  # misc, dynamic minor
+FAKE_MAJORS = frozenset({DRM, INFINIBAND, ACCEL, KFD_MAJOR, HL_MAJOR})
 
 AMD_SERVER_PCI = ("0000:c1:00.0", "0000:41:00.0")  # probe order: c1 got card1/renderD128
 GAUDI_PCI = (  # an eight-card Gaudi box, in the (permuted) order the driver numbered them
@@ -192,8 +195,8 @@ TREES = {
 }
 
 
-def unregistered_majors() -> set[int]:
-    """Char majors of the fake trees that no driver of this machine registered."""
+def unregistered_majors(majors: frozenset[int] = FAKE_MAJORS) -> set[int]:
+    """The `majors` (default: the fake trees') that no driver of this machine registered."""
     registered = set()
     with open("/proc/devices") as devices:
         for line in devices:
@@ -202,4 +205,10 @@ def unregistered_majors() -> set[int]:
             word = line.split(maxsplit=1)[0] if line.strip() else ""
             if word.isdigit():
                 registered.add(int(word))
-    return {DRM, INFINIBAND, ACCEL, KFD_MAJOR, HL_MAJOR} - registered
+    return set(majors) - registered
+
+
+def misc_minor_registered(minor: int) -> bool:
+    """Whether a misc driver of this machine has `minor` (/proc/misc)."""
+    with open("/proc/misc") as misc:
+        return any(line.split()[:1] == [str(minor)] for line in misc)

@@ -2,9 +2,11 @@
 
 The library files are stand-ins (an ELF identification header and a name, nothing the hook
 loads); the ld.so.cache is written by `write_ld_cache` in glibc's binary format (checked
-against the host's own ldconfig in tests/test_ldsocache.py). Device nodes are real char
-devices of this machine (stand-ins for GPUs); the kernel module version is a file under
-the device root, where the real host has /sys/module/nvidia/version.
+against the host's own ldconfig in tests/test_ldsocache.py). Device nodes are char nodes
+with NVIDIA's numbers (majors 195 and 510, which no driver of a test machine registers:
+checked where a container opens them, so that open() fails with ENXIO, or EPERM where the
+cgroup denies it); the kernel module version is a file under the device root, where the
+real host has /sys/module/nvidia/version.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """A synthetic accelerator driver: real ELF libraries and binary, firmware, real char devices.
 
-The device nodes stand for accelerators: they are real character devices of this
-machine that a container may not open unless its device cgroup allows them.
+The device nodes stand for accelerators: real char devices of the running kernel that a
+container may not open unless its device cgroup allows them, picked by
+tests/support/host_devices.py (never a fixed number: kernels differ). DEVICES, CONTROL,
+UNREQUESTED and the bench's MORE_* are computed on first use, so a kernel with too few
+devices fails there with host_devices' one-line message.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.support import host_devices
+from tests.support.host_devices import HostDevice
+
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 BUILD = REPO / "build" / "synth-cache"
@@ -19,21 +25,59 @@ VERSION = "1.2.3"
 MULTIARCH = "usr/lib/x86_64-linux-gnu"
 PROFILES = REPO / "packaging" / "profiles"
 
-# name -> (major, minor): real char devices that runc's default device rules deny.
-DEVICES = {"synth0": (10, 237), "synth1": (10, 235), "synth2": (10, 234)}
-# More per-device nodes for a driver sized like a real one (benchmarks): vcs devices.
-MORE_DEVICES = {
-    "synth3": (7, 0),
-    "synth4": (7, 1),
-    "synth5": (7, 64),
-    "synth6": (7, 128),
-    "synth7": (7, 129),
-}
-CONTROL = {"synthctl": (10, 232), "synth-uvm": (10, 229)}
-MORE_CONTROL = {"synth-uvm-tools": (10, 259)}
+# The synthetic driver's nodes, in the order they take host devices (host_devices.pick):
+# per-device nodes, control nodes, then a device nobody asks for (for EPERM checks).
+DEVICE_NAMES = ("synth0", "synth1", "synth2")
+CONTROL_NAMES = ("synthctl", "synth-uvm")
+SUITE_NAMES = DEVICE_NAMES + CONTROL_NAMES + ("unrequested",)
+# More nodes for a driver sized like a real one (benchmarks), after the suite's.
+MORE_DEVICE_NAMES = ("synth3", "synth4", "synth5", "synth6", "synth7")
+MORE_CONTROL_NAMES = ("synth-uvm-tools",)
 LIBRARIES = ("libsynth", "libsynth-ml")
 # A soname placeholder of fixed length, patched in place to make many distinct libraries.
 PLACEHOLDER = b"libsynthextra00000000.so.1"
+
+
+def host_devices_for(names: tuple[str, ...], purpose: str) -> dict[str, HostDevice]:
+    """Node name -> the host device it takes, for the first len(names) picks."""
+    return dict(zip(names, host_devices.pick(len(names), purpose)))
+
+
+def suite_devices() -> dict[str, HostDevice]:
+    """synth0..2, synthctl, synth-uvm and "unrequested" -> their host devices."""
+    return host_devices_for(SUITE_NAMES, "synthetic driver")
+
+
+def bench_devices() -> dict[str, HostDevice]:
+    """The suite's devices and the bench's MORE_* nodes -> their host devices."""
+    names = SUITE_NAMES + MORE_DEVICE_NAMES + MORE_CONTROL_NAMES
+    return host_devices_for(names, "bench (full-size driver)")
+
+
+def __getattr__(name: str):
+    """DEVICES, CONTROL (name -> (major, minor)), UNREQUESTED (a HostDevice), MORE_DEVICES,
+    MORE_CONTROL: picked from the running kernel on first use."""
+    if name in ("DEVICES", "CONTROL", "UNREQUESTED"):
+        picked = suite_devices()
+    elif name in ("MORE_DEVICES", "MORE_CONTROL"):
+        picked = bench_devices()
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "UNREQUESTED":
+        return picked["unrequested"]
+    names = {
+        "DEVICES": DEVICE_NAMES,
+        "CONTROL": CONTROL_NAMES,
+        "MORE_DEVICES": MORE_DEVICE_NAMES,
+        "MORE_CONTROL": MORE_CONTROL_NAMES,
+    }[name]
+    return {n: picked[n].numbers for n in names}
+
+
+def opened(name: str) -> str:
+    """What synth-smi prints when it opened /dev/`name` (a suite node) read-write."""
+    device = suite_devices()[name]
+    return f"opened /dev/{name} ({device.major}:{device.minor}) read-write"
 
 
 def _compile() -> Path:
@@ -129,7 +173,12 @@ def build_driver(
         (fwdir / f"gsp_{i}.bin").write_bytes(os.urandom(64))
     devdir = root / "dev"
     devdir.mkdir(exist_ok=True)
-    for name, (major, minor) in {**(devices or DEVICES), **(control or CONTROL)}.items():
+    if devices is None or control is None:
+        picked = suite_devices()
+        default = {n: picked[n].numbers for n in DEVICE_NAMES + CONTROL_NAMES}
+        devices = {n: default[n] for n in DEVICE_NAMES} if devices is None else devices
+        control = {n: default[n] for n in CONTROL_NAMES} if control is None else control
+    for name, (major, minor) in {**devices, **control}.items():
         _mknod(devdir / name, major, minor)
     return root
 
