@@ -80,7 +80,7 @@ def _go_fold(name: str) -> str:
             out.append(c.upper())
             continue
         while True:
-            r2 = re2syntax._simple_fold(r)
+            r2 = re2syntax.simple_fold(r)
             if r2 <= r:
                 break
             r = r2

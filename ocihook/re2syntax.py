@@ -218,7 +218,8 @@ _ASCII = _Table([(0, 0x7F, 1)], [])
 _ASCII_FOLD = _Table([(0, 0x7F, 1), (0x17F, 0x17F, 1), (0x212A, 0x212A, 1)], [])
 
 
-def _simple_fold(r: int) -> int:
+def simple_fold(r: int) -> int:
+    """Go's unicode.SimpleFold: the next rune of r's case-folding orbit."""
     if r < 0 or r > MAX_RUNE:
         return r
     if 0x41 <= r <= 0x5A:
@@ -312,10 +313,10 @@ def _append_folded_range(r: list[int], lo: int, hi: int) -> list[int]:
         hi = MAX_FOLD
     for c in range(lo, hi + 1):
         r = _append_range(r, c, c)
-        f = _simple_fold(c)
+        f = simple_fold(c)
         while f != c:
             r = _append_range(r, f, f)
-            f = _simple_fold(f)
+            f = simple_fold(f)
     return r
 
 
@@ -414,10 +415,10 @@ def _min_fold_rune(r: int) -> int:
         return r
     m = r
     r0 = r
-    r = _simple_fold(r)
+    r = simple_fold(r)
     while r != r0:
         m = min(m, r)
-        r = _simple_fold(r)
+        r = simple_fold(r)
     return m
 
 
@@ -718,14 +719,14 @@ class _Parser:
             and len(r) == 4
             and r[0] == r[1]
             and r[2] == r[3]
-            and _simple_fold(r[0]) == r[2]
-            and _simple_fold(r[2]) == r[0]
+            and simple_fold(r[0]) == r[2]
+            and simple_fold(r[2]) == r[0]
         ) or (
             re.op == CHAR_CLASS
             and len(r) == 2
             and r[0] + 1 == r[1]
-            and _simple_fold(r[0]) == r[1]
-            and _simple_fold(r[1]) == r[0]
+            and simple_fold(r[0]) == r[1]
+            and simple_fold(r[1]) == r[0]
         ):
             if self.maybe_concat(r[0], self.flags | FOLD_CASE):
                 return None

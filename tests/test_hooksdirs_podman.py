@@ -234,3 +234,20 @@ def test_patterns_as_go_compiles_them(bed, pattern, podman_runs_it):
         assert result.returncode != 0 and ran == set()
         assert "invalid or unsupported Perl syntax" in result.stderr
         assert f"FAILED  hooks.d file {path}: when.annotations key {pattern!r}: not a Go " in report
+
+
+def test_a_hook_path_that_does_not_exist_is_skipped_without_a_word(bed):
+    """containers/common passes over a file whose hook.path does not exist ("not found" is
+    the one error its reader ignores): the container starts, without the hook."""
+    custom = bed.tmp / "custom.d"
+    bed.containers_conf.write_text(f'[engine]\nhooks_dir = ["{custom}"]\n')
+    document = bed.document("missing")
+    document["hook"]["path"] = str(bed.tmp / "gone" / "ocihook-hook")
+    with placed(custom, bed.name, document) as path:
+        ran, result = bed.podman_ran()
+        report = bed.check()
+    assert result.returncode == 0 and ran == set(), result.stderr
+    assert (
+        f"FAILED  hooks.d file {path}: hook.path {document['hook']['path']} does not exist: "
+        "the runtime ignores this file (the hook never runs)\n"
+    ) in report, report
