@@ -24,17 +24,27 @@ import json
 import os
 from dataclasses import dataclass, field
 
-RUNTIME_STAGES = ("createContainer", "createRuntime", "prestart", "poststart", "poststop")
-RUNTIME_STAGES += ("startContainer",)
+RUNTIME_STAGES = (
+    "createContainer",
+    "createRuntime",
+    "prestart",
+    "poststart",
+    "poststop",
+    "startContainer",
+)
 PODMAN_EXTENSION_STAGES = ("precreate",)  # podman runs these itself; CRI-O rejects them
 
 # Go struct fields of containers/common's hook.Hook, by JSON name: the kind of each.
 _STRUCTS = {
     "": {"version": "string", "hook": "struct:hook", "when": "struct:when", "stages": "slice"},
     "hook": {"path": "string", "args": "slice", "env": "slice", "timeout": "pointer"},
-    "when": {"always": "pointer", "annotations": "map", "commands": "slice"},
+    "when": {
+        "always": "pointer",
+        "annotations": "map",
+        "commands": "slice",
+        "hasBindMounts": "pointer",
+    },
 }
-_STRUCTS["when"]["hasBindMounts"] = "pointer"
 
 
 @dataclass

@@ -109,14 +109,16 @@ def registration_findings(
                 message = f"hooks.d file {path} sits in a directory nobody reads ({readers_text})"
                 out.append(Finding(FAILED, "hooks.d", message, path))
 
-    registered = False
-    for view, files in effective.items():
-        mine = [p for p in files.values() if p in reports and _registers(reports[p])]
-        registered = registered or bool(mine)
-        if len(mine) > 1:
-            message = f"ocihook is registered twice for {view}: {', '.join(mine)} (it runs twice)"
+    mine = {
+        view: [p for p in files.values() if p in reports and _registers(reports[p])]
+        for view, files in effective.items()
+    }
+    registered = any(mine.values())
+    for view, paths in mine.items():
+        if len(paths) > 1:
+            message = f"ocihook is registered twice for {view}: {', '.join(paths)} (it runs twice)"
             out.append(Finding(FAILED, "hooks.d", message))
-        elif not mine and not explicit and any(effective.values()):
+        elif not paths and registered:  # another runtime has it, this one does not
             directories = dict(views)[view] or ["no directory"]
             message = f"{view} reads no hooks.d file for ocihook ({', '.join(directories)})"
             out.append(Finding(WARNING, "hooks.d", message))
@@ -131,7 +133,8 @@ def registration_findings(
         out.append(Finding(FAILED, "hooks.d", message))
     if explicit:
         for directory in explicit:
-            readers_of = [r.runtime for r in readers if directory in r.directories]
+            normal = os.path.normpath(directory)
+            readers_of = [r for r in readers if normal in map(os.path.normpath, r.directories)]
             if not readers_of:
                 message = (
                     f"hooks dir {directory}: read only by {COMMAND_LINE} "
