@@ -29,9 +29,12 @@ def missing() -> list[str]:
 def go_env(work: Path) -> dict[str, str]:
     """An environment for the go command: local toolchain only, no modules, a build cache
     kept with the toolchains (the standard library compiles once, not every session)."""
+    cache = GO_ROOT / "cache"
+    if not os.access(cache if cache.exists() else GO_ROOT, os.W_OK):
+        cache = work / "gocache"  # a venv made by another user: a cache of this session's
     env = dict(os.environ)
     env.update(
-        GOCACHE=str(GO_ROOT / "cache"),
+        GOCACHE=str(cache),
         GOPATH=str(work / "gopath"),
         GOTOOLCHAIN="local",
         GO111MODULE="off",
