@@ -87,7 +87,7 @@ def test_check_names_a_hooks_dir_no_runtime_reads(hook_setup, tmp_path):
     ) in result.stdout
 
 
-def test_check_renders_plain_records(hook_setup, synth_root):
+def test_check_renders_plain_records():
     """check's findings are records (status, topic, message, path) rendered at the end."""
     from ocihook.findings import Finding, render
 
