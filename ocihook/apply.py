@@ -19,6 +19,7 @@ import stat
 
 from ocihook import atomic, linux, mountinfo, securepath
 from ocihook.errors import OcihookError, describe
+from ocihook.kinds import KINDS, is_source, is_type, type_name
 from ocihook.plan import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
 from ocihook.slots import Struct
@@ -42,8 +43,6 @@ _CLASSIC_FLAGS = {
     "nodev": linux.MS_NODEV,
     "noexec": linux.MS_NOEXEC,
 }
-_MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
-_MULTIARCH32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
 
 
 class SourceTree(Struct):
@@ -84,8 +83,7 @@ def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result
     """Append the source (so that it is closed on failure), then check it is still the kind
     of file that was planned."""
     sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
-    wanted = {"socket": stat.S_ISSOCK, "directory": stat.S_ISDIR}.get(m.kind, stat.S_ISREG)
-    if not wanted(st.st_mode):
+    if not is_source(m.kind, st.st_mode):
         raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
 
 
@@ -257,7 +255,7 @@ def bind_sources(trees: list[SourceTree], plan: Plan) -> list[SourceTree]:
     for tree, mount in zip(trees, plan.mounts):
         if (tree.mount.source, tree.mount.kind) != (mount.source, mount.kind):
             raise RuntimeError(f"source {tree.mount.source} opened for {mount.source}")
-        bound.append(SourceTree(mount, tree.fd, tree.dev, tree.ino))
+        bound.append(tree.replace(mount=mount))
     return bound
 
 
@@ -289,18 +287,17 @@ def execute(
                 node.path,
                 None,
                 node.host_path,
-                (stat.S_ISREG,),
+                ("file",),
                 api.remount_flags(NODE_BIND_FLAGS),
             )
         else:
             writer.device_node(node)
 
 
-def mount_kinds(mount: Mount) -> tuple[Callable[[int], bool], ...]:
-    """File types an existing mountpoint in the image may have for this mount."""
-    if mount.kind == "directory":
-        return (stat.S_ISDIR,)
-    return (stat.S_ISREG, stat.S_ISSOCK) if mount.kind == "socket" else (stat.S_ISREG,)
+def mount_kinds(mount: Mount) -> tuple[str, ...]:
+    """File types (kinds.FILE_TYPES short names) an existing mountpoint in the image may
+    have for this mount."""
+    return KINDS[mount.kind].mount_points
 
 
 def close_trees(trees: list[SourceTree]) -> None:
@@ -358,49 +355,12 @@ def open_rootfs(rootfs: str, where: str) -> int:
     return root_fd
 
 
-def detect_lib_dir(root_fd: int) -> str:
-    """Where the image keeps its libraries: Debian multiarch, RHEL lib64, or plain lib."""
-    candidates = []
-    triplet = _MULTIARCH.get(os.uname().machine)
-    if triplet:
-        candidates.append(f"/usr/lib/{triplet}")
-    candidates += ["/usr/lib64", "/lib64"]
-    for candidate in candidates:
-        try:
-            fd = securepath.resolve(root_fd, candidate)
-        except OSError:
-            continue
-        try:
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                # /lib64 alone (a loader link dir on Debian) is not a library dir.
-                if candidate != "/lib64" or _looks_like_lib_dir(fd):
-                    return os.path.normpath(candidate)
-        finally:
-            os.close(fd)
-    return "/usr/lib"
-
-
-def lib_dir32_for(lib_dir: str) -> str:
-    """Where 32-bit (compat32) libraries go, given the image's 64-bit library dir: the
-    multiarch dir beside a multiarch one (Debian), else /usr/lib (RHEL's 32-bit dir), or
-    /usr/lib32 when the 64-bit libraries themselves are in /usr/lib."""
-    machine = os.uname().machine
-    if lib_dir == f"/usr/lib/{_MULTIARCH.get(machine)}" and machine in _MULTIARCH32:
-        return f"/usr/lib/{_MULTIARCH32[machine]}"
-    return "/usr/lib32" if lib_dir.rstrip("/") == "/usr/lib" else "/usr/lib"
-
-
-def _looks_like_lib_dir(fd: int) -> bool:
-    try:
-        return os.path.exists(securepath.fd_path(fd, "libc.so.6"))
-    except OSError:
-        return False
-
-
-def host_superblocks() -> frozenset[int]:
-    """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace;
-    read before entering the container."""
-    return mountinfo.superblocks()
+def host_superblocks(mounts: list[mountinfo.Entry] | None = None) -> frozenset[int]:
+    """st_dev of every file system mounted in our (the runtime's, the host's) mount namespace
+    (`mounts`: its table, when the caller has read it); read before entering the container."""
+    if mounts is None:
+        return mountinfo.superblocks()
+    return frozenset(entry.dev for entry in mounts)
 
 
 class ContainerWriter:
@@ -561,7 +521,7 @@ class ContainerWriter:
         return failures
 
     # -- mounts ----------------------------------------------------------
-    def _mountpoint(self, path: str, kinds: tuple[Callable[[int], bool], ...]) -> int:
+    def _mountpoint(self, path: str, kinds: tuple[str, ...]) -> int:
         """An fd of a file (or, for a directory mount, a directory) at `path` to mount onto,
         created empty if missing: the created file's own fd (a regular file, which every
         non-directory mount accepts), else an O_PATH fd of what the image has there."""
@@ -574,7 +534,7 @@ class ContainerWriter:
                 self._may_create_in(parent_fd, path)
             created = -1
             try:
-                if kinds == (stat.S_ISDIR,):
+                if kinds == ("dir",):
                     os.mkdir(name, 0o755, dir_fd=parent_fd)
                 else:
                     created = os.open(
@@ -596,10 +556,11 @@ class ContainerWriter:
         except OSError as error:
             raise OcihookError(f"container {path}: {error.strerror}") from None
         mode = os.fstat(target).st_mode
-        if not any(kind(mode) for kind in kinds):
+        if not is_type(mode, kinds):
             os.close(target)
             raise OcihookError(
-                f"container {path}: exists in the image as a {_kind(mode)}; not mounting over it"
+                f"container {path}: exists in the image as a {type_name(mode)}; "
+                "not mounting over it"
             )
         return target
 
@@ -612,7 +573,7 @@ class ContainerWriter:
         path: str,
         expect: tuple[int, int] | None,
         what: str,
-        kinds: tuple[Callable[[int], bool], ...] = (stat.S_ISREG,),
+        kinds: tuple[str, ...] = ("file",),
         classic_flags: int | None = None,
     ) -> None:
         """Attach `tree` at `path` and verify it landed there. `tree` is a detached mount, or
@@ -678,7 +639,7 @@ class ContainerWriter:
             st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
             if not stat.S_ISLNK(st.st_mode):
                 raise OcihookError(
-                    f"container {link.target}: exists in the image as a {_kind(st.st_mode)}"
+                    f"container {link.target}: exists in the image as a {type_name(st.st_mode)}"
                 ) from None
             old = os.readlink(name, dir_fd=parent_fd)
             if old == link.points_to:
@@ -711,7 +672,7 @@ class ContainerWriter:
             if stat.S_IFMT(st.st_mode) == kind and st.st_rdev == os.makedev(node.major, node.minor):
                 return  # the runtime created the same node (e.g. podman --device)
             raise OcihookError(
-                f"container {node.path}: exists as a {_kind(st.st_mode)} "
+                f"container {node.path}: exists as a {type_name(st.st_mode)} "
                 f"that is not {node.type} {node.major}:{node.minor}"
             ) from None
         except OSError as error:
@@ -719,18 +680,3 @@ class ContainerWriter:
         finally:
             os.umask(old_umask)
         self._created(node.path, parent_fd)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "symlink"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISREG, "regular file"),
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ):
-        if test(mode):
-            return name
-    return "file of unknown type"

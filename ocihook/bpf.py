@@ -2,8 +2,8 @@
 
 Only what the device cgroup code needs: load a BPF_PROG_TYPE_CGROUP_DEVICE program, query,
 fetch, attach, replace and detach the programs of a cgroup. Instructions are plain tuples
-``(code, dst, src, off, imm)``; device rules are plain tuples ``(type, major, minor, access)``
-with ``type`` "c" or "b", ``access`` a subset of "rwm" and -1 for a wildcard major or minor.
+``(code, dst, src, off, imm)``; device rules are `devrules.DeviceRule`s, the plan's own
+(``type`` "c" or "b", ``access`` a subset of "rwm", -1 for a wildcard major or minor).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import struct
 import sys
 
 from ocihook import linux
-from ocihook.devrules import TYPE_CODES, Rule, access_mask, check_rule
+from ocihook.devrules import TYPE_CODES, DeviceRule, access_mask, check_rule
 from ocihook.slots import Struct
 
 Insn = tuple[int, int, int, int, int]
@@ -104,12 +104,12 @@ def prologue() -> list[Insn]:
     ]
 
 
-def rule_block(rule: Rule, allow: bool = True) -> list[Insn]:
+def rule_block(rule: DeviceRule, allow: bool = True) -> list[Insn]:
     """Instructions that return allow/deny when the rule matches, else fall through."""
     check_rule(rule)
-    dtype, major, minor, access = rule
-    mask = access_mask(access)
-    checks: list[Insn] = [(JMP_JNE_K, R2, 0, 0, TYPE_CODES[dtype])]
+    major, minor = rule.major, rule.minor
+    mask = access_mask(rule.access)
+    checks: list[Insn] = [(JMP_JNE_K, R2, 0, 0, TYPE_CODES[rule.type])]
     if mask != 7:
         # Requested access must be a subset of the rule's: (R3 & mask) == R3. R0 is scratch.
         checks += [(ALU32_MOV_X, R0, R3, 0, 0), (ALU32_AND_K, R0, 0, 0, mask)]
@@ -128,7 +128,7 @@ def rule_block(rule: Rule, allow: bool = True) -> list[Insn]:
     return fixed + tail
 
 
-def allow_prefix(rules: list[Rule]) -> list[Insn]:
+def allow_prefix(rules: list[DeviceRule]) -> list[Insn]:
     """Prologue plus one allow block per rule; falls through to whatever follows."""
     insns = prologue()
     for rule in rules:
@@ -136,19 +136,12 @@ def allow_prefix(rules: list[Rule]) -> list[Insn]:
     return insns
 
 
-def device_filter(rules: list[tuple[Rule, bool]], default_allow: bool = False) -> list[Insn]:
+def device_filter(rules: list[tuple[DeviceRule, bool]], default_allow: bool = False) -> list[Insn]:
     """A whole program like runc's: first matching rule decides, else the default."""
     insns = prologue()
     for rule, allow in rules:
         insns += rule_block(rule, allow)
     return insns + [(ALU32_MOV_K, R0, 0, 0, int(default_allow)), (JMP_EXIT, 0, 0, 0, 0)]
-
-
-def format_rule(rule: Rule) -> str:
-    """('c', 10, 237, 'rw') -> 'c 10:237 rw' (the cgroup v1 syntax; -1 is '*')."""
-    from ocihook.plan import DeviceRule
-
-    return DeviceRule(*rule).line()
 
 
 def reloadable_problem(insns: list[Insn]) -> str | None:

@@ -138,13 +138,13 @@ def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
         _close(progs)
 
 
-def prepend(cg_fd: int, path: str, rules: list[bpf.Rule]) -> None:
+def prepend(cg_fd: int, path: str, rules: list[bpf.DeviceRule]) -> None:
     """Put our allow blocks in front of every device program of the cgroup."""
     prefix = bpf.allow_prefix(rules)
     _rewrite(cg_fd, path, lambda old: prefix + old)
 
 
-def strip(cg_fd: int, path: str, rules: list[bpf.Rule]) -> None:
+def strip(cg_fd: int, path: str, rules: list[bpf.DeviceRule]) -> None:
     """Remove our allow blocks from the programs that start with them."""
     prefix = bpf.allow_prefix(rules)
     n = len(prefix)

@@ -12,8 +12,8 @@ import errno
 import os
 
 from ocihook import devrules, mountinfo
+from ocihook.devrules import DeviceRule
 from ocihook.errors import OcihookError
-from ocihook.plan import DeviceRule
 from ocihook.slots import Struct
 
 V1_ACTION = "devices.allow"
@@ -29,22 +29,30 @@ class CgroupTarget(Struct):
     path: str
 
 
-def parse_rule(line: str) -> DeviceRule:
-    """'c 10:237 rw' -> DeviceRule('c', 10, 237, 'rw'); '*' stands for any number."""
-    try:
-        dtype, numbers, access = line.split()
-        major, minor = (-1 if v == "*" else int(v) for v in numbers.split(":"))
-    except ValueError:
-        raise OcihookError(f"device rule {line!r} is not of the form 'c MAJOR:MINOR rwm'") from None
-    return _checked(DeviceRule(dtype, major, minor, access))
+class DeviceEdit(Struct):
+    """One change to a container's device cgroup: the rule allowed (typed, as the plan has
+    it) and where. `record()` is its text form in the hook's record."""
+
+    __slots__ = ("cgroup", "path", "action", "rule")
+
+    cgroup: str  # "v1" or "v2"
+    path: str  # the cgroup directory
+    action: str  # V1_ACTION or V2_ACTION
+    rule: DeviceRule
+
+    def record(self) -> dict:
+        return {
+            "cgroup": self.cgroup,
+            "path": self.path,
+            "action": self.action,
+            "rule": self.rule.line(),
+        }
 
 
 def _checked(rule: DeviceRule) -> DeviceRule:
     """The rule itself, or OcihookError naming what is wrong with it."""
-    if not isinstance(rule.major, int) or not isinstance(rule.minor, int):
-        raise OcihookError(f"device rule {rule!r}: major and minor must be integers")
     try:
-        devrules.check_rule(rule.as_tuple())
+        devrules.check_rule(rule)
     except ValueError as exc:
         raise OcihookError(f"device rule {rule.type} {rule.major}:{rule.minor}: {exc}") from None
     return rule
@@ -52,11 +60,6 @@ def _checked(rule: DeviceRule) -> DeviceRule:
 
 # ---------------------------------------------------------------------------
 # Finding the container's cgroup
-
-
-def _cgroup_mounts(text: str) -> list[mountinfo.Entry]:
-    """The cgroup and cgroup2 mounts in a mountinfo text, in order."""
-    return [e for e in mountinfo.parse(text) if e.fstype in ("cgroup", "cgroup2")]
 
 
 def _read(path: str, what: str) -> str:
@@ -141,13 +144,19 @@ def _pick_mount(mounts: list[mountinfo.Entry]) -> tuple[str, mountinfo.Entry | N
 
 
 def find_container_cgroup(
-    pid: int, cgroups_path: str | None = None, proc: str = "/proc"
+    pid: int,
+    cgroups_path: str | None = None,
+    proc: str = "/proc",
+    mounts: list[mountinfo.Entry] | None = None,
 ) -> CgroupTarget:
-    """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath."""
+    """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath.
+    `mounts`: our mount table, when the caller has read it already (mountinfo.read)."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         raise OcihookError(f"container pid {pid!r} is not a positive integer")
     text = _read(f"{proc}/{pid}/cgroup", f"container process {pid} not found")
-    version, mount = _pick_mount(_cgroup_mounts(_read(f"{proc}/self/mountinfo", "mounts")))
+    if mounts is None:
+        mounts = mountinfo.parse(_read(f"{proc}/self/mountinfo", "mounts"))
+    version, mount = _pick_mount([e for e in mounts if e.fstype in ("cgroup", "cgroup2")])
     if mount is None:
         raise OcihookError("no cgroup2 mount and no cgroup v1 devices controller mount found")
     cg = _clean_cgroup_path(_proc_cgroup_path(text, version, pid), f"cgroup of process {pid}")
@@ -200,50 +209,46 @@ def _unique(rules: list[DeviceRule]) -> list[DeviceRule]:
     return out
 
 
-def plan_device_edits(target: CgroupTarget, rules: list[DeviceRule]) -> list[dict]:
-    """What allow_devices will do, as plain data (one entry per rule); no side effect."""
+def plan_device_edits(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
+    """What allow_devices will do (one edit per rule, duplicates dropped); no side effect."""
     if target.version not in ("v1", "v2"):
         raise OcihookError(f"cgroup version {target.version!r} is not 'v1' or 'v2'")
     action = V1_ACTION if target.version == "v1" else V2_ACTION
-    return [
-        {"cgroup": target.version, "path": target.path, "action": action, "rule": r.line()}
-        for r in _unique(rules)
-    ]
+    return [DeviceEdit(target.version, target.path, action, r) for r in _unique(rules)]
 
 
-def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[dict]:
+def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
     """Let the container use these devices; returns the edits made (same as the plan)."""
     edits = plan_device_edits(target, rules)
     if not edits:
         return []
     fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
-        lines = [e["rule"] for e in edits]
         if target.version == "v1":
-            _v1_allow(fd, target.path, lines)
+            _v1_allow(fd, target.path, [e.rule.line() for e in edits])
         else:
             from ocihook import cgroup_v2  # the BPF code: only on cgroup v2 hosts
 
-            cgroup_v2.prepend(fd, target.path, [parse_rule(x).as_tuple() for x in lines])
+            cgroup_v2.prepend(fd, target.path, [e.rule for e in edits])
     finally:
         os.close(fd)
     return edits
 
 
-def revert_device_edits(target: CgroupTarget, edits: list[dict]) -> None:
+def revert_device_edits(target: CgroupTarget, edits: list[DeviceEdit]) -> None:
     """Best-effort undo of allow_devices; raises OcihookError only if an undo step failed."""
-    mine = [e for e in edits if e.get("cgroup") == target.version and e.get("path") == target.path]
+    mine = [e for e in edits if e.cgroup == target.version and e.path == target.path]
     if not mine:
         return
     fd = _open_dir(target.path, f"cgroup {target.version}")
     try:
-        lines = [e["rule"] for e in mine]
         if target.version == "v1":
+            lines = [e.rule.line() for e in mine]
             _v1_write_all(fd, target.path, "devices.deny", lines, stop=False)
         else:
             from ocihook import cgroup_v2
 
-            cgroup_v2.strip(fd, target.path, [parse_rule(x).as_tuple() for x in lines])
+            cgroup_v2.strip(fd, target.path, [e.rule for e in mine])
     finally:
         os.close(fd)
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ocihook import __version__
-from ocihook.errors import OcihookError, from_os_error
+from ocihook.errors import exit_line
 
 # name -> "module:attribute" of a click command; imported only when that command runs.
 SUBCOMMANDS = {
@@ -55,15 +55,10 @@ def main() -> None:
     and one line ("internal error") for a bug; never a traceback."""
     try:
         cli.main(prog_name="ocihook", standalone_mode=True)
-    except OcihookError as error:
-        print(f"ocihook: {error}", file=sys.stderr)
-        sys.exit(1)
-    except OSError as error:
-        print(f"ocihook: {from_os_error(error)}", file=sys.stderr)
-        sys.exit(1)
-    except Exception as error:
-        print(f"ocihook: internal error: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as error:  # one line and the contract's status (errors.exit_line)
+        status, line = exit_line(error)
+        print(line, file=sys.stderr)
+        sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -70,14 +70,15 @@ def poststop(config_path: str, cache_dir: str) -> None:
 @click.option(
     "--lib-dir",
     default=None,
-    help="Container library dir (default: the config's; 'auto' shows the placeholder "
-    "/usr/lib64, marked as such).",
+    help="Container library dir (default: the config's; 'auto': the image's with --rootfs, "
+    "else the placeholder /usr/lib64, marked as such).",
 )
 @click.option(
     "--rootfs",
     type=click.Path(file_okay=False, exists=True),
     default=None,
-    help="Detect the library dir from this image root file system.",
+    help="Probe this image root file system as the hook probes a container's: its library "
+    "dir (when the library dir is 'auto') and its glibc loader (no ld cache without one).",
 )
 @click.option(
     "--userns",
@@ -111,37 +112,29 @@ def plan(
     matched nothing, resolved against the configured source and device roots exactly as the
     hook resolves them.
     """
-    from ocihook import apply, securepath
-    from ocihook.discover import Roots
-    from ocihook.inject import plan_for
+    from ocihook import securepath
+    from ocihook.discover import build_plan
     from ocihook.plan import executor_view, finalize
     from ocihook.plantext import format_plan
     from ocihook.request import parse_capabilities, parse_request
+    from ocihook.roots import Roots
+    from ocihook.target import CLI, Target, decide
 
     config, _ = compile_config(config_path)
     request = parse_request(devices, "--devices")
     available = list(config["profile"]["capabilities"])
     if capabilities is not None:
         request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
-    if rootfs:
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        result = build_plan(config, roots, request)
+    decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)
+    if decision.probe:
         root_fd = securepath.open_dir(os.path.abspath(rootfs))
         try:
-            lib_dir = apply.detect_lib_dir(root_fd)
+            decision = decision.in_image(root_fd)
         finally:
             os.close(root_fd)
-    elif lib_dir is None and config["container"]["lib_dir"] != "auto":
-        lib_dir = config["container"]["lib_dir"]
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        result = plan_for(config, roots, request)
-    settings = config["selinux"]
-    label = settings["label"] if settings["mode"] != "disabled" else None
-    result = finalize(
-        result,
-        lib_dir,
-        apply.lib_dir32_for(lib_dir) if lib_dir is not None else None,
-        "bind" if userns else "mknod",
-        label or None,
-    )
+    result = finalize(result, decision)
     if as_json:
         click.echo(json.dumps(executor_view(result), indent=2))
     else:
@@ -260,13 +253,13 @@ def _check_cache_dir(cache_dir: str, warn) -> None:
 
 
 def _check_driver(config: dict, ok, bad, warn) -> None:
-    from ocihook.discover import Roots
-    from ocihook.inject import plan_for
+    from ocihook.discover import build_plan
     from ocihook.request import parse_request
+    from ocihook.roots import Roots
 
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
-            result = plan_for(config, roots, parse_request("all", "check"))
+            result = build_plan(config, roots, parse_request("all", "check"))
         version = (
             f"driver {result.driver_version} (from {result.version_source})"
             if result.driver_version
@@ -285,7 +278,7 @@ def _check_driver(config: dict, ok, bad, warn) -> None:
         bad(str(error))
     ldconfig = config["ldconfig"]
     if ldconfig["enabled"]:
-        from ocihook.ldcache import open_ldconfig
+        from ocihook.hostldconfig import open_ldconfig
 
         try:
             os.close(open_ldconfig(ldconfig["path"]))
@@ -298,14 +291,15 @@ def _check_version(profile: dict, version: str | None, bad) -> None:
     """A profile whose firmware or files need {version} when no version was found (no kernel
     module version file, no version library): the hook would silently inject the driver
     without them."""
+    from ocihook.discover import select_parts
+
     spec = profile.get("driver_version")
-    parts = [profile] + [profile["capabilities"][c] for c in profile["default_capabilities"]]
+    parts = select_parts(profile, profile["default_capabilities"])
     needing = []
-    for part in parts:
-        for entry in [*(part.get("firmware") or ()), *(part.get("files") or ())]:
-            path = entry if isinstance(entry, str) else entry["path"]
-            if "{version}" in path and path not in needing:
-                needing.append(path)
+    for entry in parts["firmware"] + parts["files"]:
+        path = entry if isinstance(entry, str) else entry["path"]
+        if "{version}" in path and path not in needing:
+            needing.append(path)
     if version is None and spec and needing:
         sources = [*(spec.get("kernel") or ()), *([spec["library"]] if spec.get("library") else [])]
         bad(

@@ -23,6 +23,7 @@ import stat
 from ocihook import securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode
+from ocihook.roots import Roots, host_path, in_root, resolve_final
 from ocihook.slots import Struct
 
 MAX_NUMBER_DIGITS = 4
@@ -69,7 +70,7 @@ def node_patterns(spec: dict) -> list[str]:
     return patterns
 
 
-def available_devices(roots, spec: dict) -> dict[int, Device]:
+def available_devices(roots: Roots, spec: dict) -> dict[int, Device]:
     """index -> Device for every device of the profile's kind present under the device root."""
     patterns = node_patterns(spec)
     if not patterns:
@@ -79,7 +80,7 @@ def available_devices(roots, spec: dict) -> dict[int, Device]:
     return _indexed_devices(roots, patterns)
 
 
-def _indexed_devices(roots, patterns: list[str]) -> dict[int, Device]:
+def _indexed_devices(roots: Roots, patterns: list[str]) -> dict[int, Device]:
     """`{index}` style: the first pattern says which indices exist, the others add nodes."""
     devices: dict[int, Device] = {}
     for position, pattern in enumerate(patterns):
@@ -97,7 +98,7 @@ def _indexed_devices(roots, patterns: list[str]) -> dict[int, Device]:
     return devices
 
 
-def _device_of(roots, entry_path: str, drivers: dict[str, str | None]) -> str | None:
+def _device_of(roots: Roots, entry_path: str, drivers: dict[str, str | None]) -> str | None:
     """The device (its sysfs dir name, a PCI address for PCI devices) behind a class entry;
     remembers the driver bound to it in `drivers`."""
     try:
@@ -129,7 +130,7 @@ def _is_pci_address(text: str) -> bool:
     )
 
 
-def _sysfs_devices(roots, sysfs: dict, patterns: list[str]) -> dict[int, Device]:
+def _sysfs_devices(roots: Roots, sysfs: dict, patterns: list[str]) -> dict[int, Device]:
     """`{n}` style: class entries grouped by device, filtered by driver, in address order."""
     split = [_split(pattern, "{n}") for pattern in patterns]
     wanted = set(sysfs.get("drivers") or ())
@@ -155,11 +156,9 @@ def _sysfs_devices(roots, sysfs: dict, patterns: list[str]) -> dict[int, Device]
     }
 
 
-def device_node(roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
+def device_node(roots: Roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
     """The node at in-root path `inner` of the device root, or None when it is missing."""
-    from ocihook.discover import _final, _in_root, host_path
-
-    final = _final(roots.device_fd, inner)
+    final = resolve_final(roots.device_fd, inner)
     if final is None:
         return None
     st = final[1]
@@ -171,7 +170,7 @@ def device_node(roots, inner: str, index: int | None, access: str) -> DeviceNode
         raise OcihookError(f"device {host_path(roots.device_root, inner)}: not a device node")
     return DeviceNode(
         path=inner,
-        host_path=host_path(roots.device_root, _in_root(roots.device_real, final[0])),
+        host_path=host_path(roots.device_root, in_root(roots.device_real, final[0])),
         type=kind,
         major=os.major(st.st_rdev),
         minor=os.minor(st.st_rdev),
@@ -182,7 +181,7 @@ def device_node(roots, inner: str, index: int | None, access: str) -> DeviceNode
 
 
 def plan_nodes(
-    roots,
+    roots: Roots,
     spec: dict,
     indices: list[int],
     available: dict[int, Device],
@@ -190,8 +189,6 @@ def plan_nodes(
 ) -> list[DeviceNode]:
     """The nodes of the selected devices, then the shared control nodes (the profile's, then
     `extra_control`: those of the selected driver capabilities)."""
-    from ocihook.discover import host_path
-
     nodes = []
     for index in indices:
         for path in available[index].nodes:

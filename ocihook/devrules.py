@@ -1,10 +1,11 @@
-"""One device rule's validity: (type, major, minor, access) with type "c" or "b", numbers in
-dev_t's range or -1 (any), access a non-empty subset of "rwm". Shared by the cgroup v1 writer
-and the BPF assembler (bpf.py), whose encodings these constants are."""
+"""Device rules: `DeviceRule`, the one type from the plan to the kernel (the cgroup v1 writer
+and the BPF assembler take it as it is), its validity, its text form and the kernel's
+encodings of it. The text form ("c 10:237 rw", cgroup v1 syntax) is for display, the v1
+file writes and the records."""
 
 from __future__ import annotations
 
-Rule = tuple[str, int, int, str]
+from ocihook.slots import Struct
 
 DEVCG_ACC_MKNOD = 1
 DEVCG_ACC_READ = 2
@@ -17,6 +18,22 @@ MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = (1 << 20) - 1
 
 
+class DeviceRule(Struct):
+    """One device the container may use: type "c"/"b", numbers (-1: any), access in "rwm"."""
+
+    __slots__ = ("type", "major", "minor", "access")
+
+    type: str
+    major: int
+    minor: int
+    access: str
+
+    def line(self) -> str:
+        """The cgroup v1 syntax, e.g. 'c 10:237 rw' (-1 is '*')."""
+        num = lambda v: "*" if v == -1 else str(v)  # noqa: E731
+        return f"{self.type} {num(self.major)}:{num(self.minor)} {self.access}"
+
+
 def access_mask(access: str) -> int:
     """'rw' -> READ|WRITE; rejects anything but a non-empty subset of 'rwm'."""
     if not access or len(set(access)) != len(access) or set(access) - set(ACCESS_BITS):
@@ -27,13 +44,22 @@ def access_mask(access: str) -> int:
     return mask
 
 
-def check_rule(rule: Rule) -> None:
+def _number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_rule(rule: DeviceRule) -> None:
     """Raise ValueError unless the rule is a c/b device with sane numbers and access."""
-    dtype, major, minor, access = rule
-    if dtype not in TYPE_CODES:
-        raise ValueError(f"device type {dtype!r} is not 'c' or 'b'")
-    if not (major == -1 or 0 <= major <= MAX_MAJOR):
-        raise ValueError(f"device major {major!r} is out of range 0..{MAX_MAJOR} (or -1 for any)")
-    if not (minor == -1 or 0 <= minor <= MAX_MINOR):
-        raise ValueError(f"device minor {minor!r} is out of range 0..{MAX_MINOR} (or -1 for any)")
-    access_mask(access)
+    if rule.type not in TYPE_CODES:
+        raise ValueError(f"device type {rule.type!r} is not 'c' or 'b'")
+    if not _number(rule.major) or not _number(rule.minor):
+        raise ValueError("major and minor must be integers")
+    if not (rule.major == -1 or 0 <= rule.major <= MAX_MAJOR):
+        raise ValueError(
+            f"device major {rule.major!r} is out of range 0..{MAX_MAJOR} (or -1 for any)"
+        )
+    if not (rule.minor == -1 or 0 <= rule.minor <= MAX_MINOR):
+        raise ValueError(
+            f"device minor {rule.minor!r} is out of range 0..{MAX_MINOR} (or -1 for any)"
+        )
+    access_mask(rule.access)

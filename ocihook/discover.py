@@ -1,7 +1,8 @@
-"""Resolve a driver profile against the source root into a Plan (reads, never writes).
+"""Resolve a driver profile against the source root into a Plan (reads, never writes):
+`build_plan`, the plan-building entry point of the hook and of every read-only command.
 
-All lookups go through file descriptors of the source and device roots with in-root
-resolution: a driver volume's symlinks can only point inside that volume.
+All lookups go through the file descriptors of the source and device roots (roots.py) with
+in-root resolution: a driver volume's symlinks can only point inside that volume.
 """
 
 from __future__ import annotations
@@ -9,190 +10,23 @@ from __future__ import annotations
 import os
 import stat
 
-from ocihook import ldsocache, securepath
+from ocihook import devices, ldsocache, securepath
 from ocihook.errors import OcihookError
-from ocihook.plan import DeviceNode, Link, Mount, Plan, ld_dirs_for
+from ocihook.kinds import SECTIONS, found_kind, section_kind
+from ocihook.plan import (
+    PLACEHOLDER_LIB_DIR,
+    PLACEHOLDER_LIB_DIR32,
+    DeviceNode,
+    Link,
+    Mount,
+    Plan,
+    ld_dirs_for,
+)
+from ocihook.request import DeviceRequest, select_indices
+from ocihook.roots import Listing, Roots, glob_match, host_path, in_root, is_glob, resolve_final
 from ocihook.slots import Struct
 
-# Where libraries go when no image is at hand (`ocihook plan` without --rootfs); the hook
-# always uses the container's own dirs.
-PLACEHOLDER_LIB_DIR = "/usr/lib64"
-PLACEHOLDER_LIB_DIR32 = "/usr/lib"
 COMPAT32 = "compat32"  # the capability that adds the 32-bit copies of the selected libraries
-
-
-def _is_glob(pattern: str) -> bool:
-    return "*" in pattern or "?" in pattern or "[" in pattern
-
-
-def glob_match(name: str, pattern: str) -> bool:
-    """fnmatch without `re` (its import costs ms at every container start): `*` and `?`;
-    patterns with `[...]` classes go to fnmatch."""
-    if "[" in pattern:
-        import fnmatch
-
-        return fnmatch.fnmatchcase(name, pattern)
-    if "?" not in pattern:  # stars only, the profiles' kind ("libfoo.so.*", "lib*-x.so.*")
-        if "*" not in pattern:
-            return name == pattern
-        head, *middle, tail = pattern.split("*")
-        end = len(name) - len(tail)
-        if end < len(head) or not name.startswith(head) or not name.endswith(tail):
-            return False
-        at = len(head)
-        for part in middle:  # leftmost fit of each part leaves the most room for the rest
-            at = name.find(part, at, end)
-            if at < 0:
-                return False
-            at += len(part)
-        return True
-    n = p = 0
-    star, mark = -1, 0
-    while n < len(name):
-        if p < len(pattern) and pattern[p] in ("?", name[n]):
-            n += 1
-            p += 1
-        elif p < len(pattern) and pattern[p] == "*":
-            star, mark = p, n
-            p += 1
-        elif star >= 0:
-            p = star + 1
-            mark += 1
-            n = mark
-        else:
-            return False
-    while p < len(pattern) and pattern[p] == "*":
-        p += 1
-    return p == len(pattern)
-
-
-class Roots:
-    """O_PATH fds of the source and device roots, opened once (a context manager)."""
-
-    def __init__(self, source_root: str, device_root: str) -> None:
-        self.source_root = source_root
-        self.device_root = device_root
-        self.source_fd = _open_root(source_root, "source root")
-        try:
-            self.device_fd = (
-                self.source_fd
-                if device_root == source_root
-                else _open_root(device_root, "device root")
-            )
-        except OcihookError:
-            os.close(self.source_fd)
-            raise
-        # Canonical host paths of the roots, to turn kernel-resolved paths back into in-root ones.
-        self.source_real = os.readlink(securepath.fd_path(self.source_fd))
-        self.device_real = os.readlink(securepath.fd_path(self.device_fd))
-        self._listings: dict[tuple[int, str], _Dir] = {}
-
-    def listing(self, root_fd: int, path: str) -> _Dir:
-        """The directory `path` of the root `root_fd`, listed once per plan."""
-        key = (root_fd, path)
-        if key not in self._listings:
-            self._listings[key] = _Dir(root_fd, path)
-        return self._listings[key]
-
-    def close(self) -> None:
-        for listing in self._listings.values():
-            listing.close()
-        self._listings.clear()
-        if self.device_fd != self.source_fd:
-            os.close(self.device_fd)
-        os.close(self.source_fd)
-
-    def __enter__(self) -> Roots:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _open_root(path: str, what: str) -> int:
-    try:
-        return securepath.open_dir(path)
-    except OSError as error:
-        raise OcihookError(f"{what} {path}: {error.strerror}") from None
-
-
-def host_path(root: str, inner: str) -> str:
-    return inner if root == "/" else root.rstrip("/") + inner
-
-
-class _Dir:
-    """One directory of the source root, listed once: name -> lstat result. Its fd stays
-    open (Roots closes it) for reading the links in it."""
-
-    def __init__(self, root_fd: int, path: str) -> None:
-        self.path = path
-        self.entries: dict[str, os.stat_result] = {}
-        self.fd = -1
-        self.real = ""  # the directory's canonical host path
-        try:
-            fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_DIRECTORY)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        try:
-            with os.scandir(fd) as it:
-                for entry in it:
-                    self.entries[entry.name] = entry.stat(follow_symlinks=False)
-            self.real = os.readlink(securepath.fd_path(fd))
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-
-    def sibling_file(self, name: str) -> str | None:
-        """For a symlink `name` here whose target is a plain name of a regular file in this
-        same directory (a soname link): that file's canonical host path, known from the
-        listing without resolving anything; else None (resolve it inside the root)."""
-        try:
-            target = os.readlink(name, dir_fd=self.fd)
-        except OSError:
-            return None
-        st = self.entries.get(target)
-        if "/" in target or st is None or not stat.S_ISREG(st.st_mode):
-            return None
-        return f"{self.real}/{target}"
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def match(self, pattern: str) -> list[str]:
-        if not _is_glob(pattern):
-            return [pattern] if pattern in self.entries else []
-        return sorted(name for name in self.entries if glob_match(name, pattern))
-
-
-def _final(root_fd: int, path: str) -> tuple[str, os.stat_result] | None:
-    """Resolve `path` in the root; (resolved in-root path, stat) or None if missing."""
-    try:
-        fd = securepath.resolve(root_fd, path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as error:
-        raise OcihookError(f"source {path}: {error.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        resolved = os.readlink(securepath.fd_path(fd))
-    finally:
-        os.close(fd)
-    return resolved, st
-
-
-def _in_root(root: str, resolved_host_path: str) -> str:
-    """The in-root path of a host path that the kernel resolved inside `root`."""
-    if root == "/":
-        return resolved_host_path
-    prefix = root.rstrip("/")
-    if resolved_host_path == prefix:
-        return "/"
-    if not resolved_host_path.startswith(prefix + "/"):
-        raise OcihookError(f"source {resolved_host_path}: resolved outside the source root")
-    return resolved_host_path[len(prefix) :]
 
 
 def version_suffix_ok(name: str, pattern: str) -> bool:
@@ -204,7 +38,7 @@ def version_suffix_ok(name: str, pattern: str) -> bool:
     return bool(suffix) and suffix[0].isdigit() and suffix.replace(".", "").isdigit()
 
 
-def _match(directory: _Dir, pattern: str) -> list[str]:
+def _match(directory: Listing, pattern: str) -> list[str]:
     return [name for name in directory.match(pattern) if version_suffix_ok(name, pattern)]
 
 
@@ -221,10 +55,7 @@ def _merged(parts: list[dict], key: str) -> list:
 def select_parts(profile: dict, capabilities: list[str]) -> dict:
     """The profile's lists for the selected capabilities (plus its top-level lists)."""
     parts = [profile] + [p for c, p in profile["capabilities"].items() if c in capabilities]
-    return {
-        key: _merged(parts, key)
-        for key in ("libraries", "binaries", "firmware", "files", "control")
-    }
+    return {key: _merged(parts, key) for key in (*SECTIONS, "control")}
 
 
 def read_kernel_version(roots: Roots, paths: list[str]) -> tuple[str, str] | None:
@@ -324,9 +155,9 @@ class _LibraryFinder:
             elif stat.S_ISLNK(mode):
                 sibling = listing.sibling_file(name)
                 if sibling is not None:  # the common soname link: no resolution needed
-                    found.append(_Candidate(name, _in_root(self.roots.source_real, sibling), True))
+                    found.append(_Candidate(name, in_root(self.roots.source_real, sibling), True))
                     continue
-                final = _final(self.roots.source_fd, f"{directory}/{name}")
+                final = resolve_final(self.roots.source_fd, f"{directory}/{name}")
                 if final is None:
                     where = host_path(self.roots.source_root, f"{directory}/{name}")
                     raise OcihookError(
@@ -334,7 +165,7 @@ class _LibraryFinder:
                         "the driver is incomplete"
                     )
                 if stat.S_ISREG(final[1].st_mode):
-                    found.append(_Candidate(name, _in_root(self.roots.source_real, final[0]), True))
+                    found.append(_Candidate(name, in_root(self.roots.source_real, final[0]), True))
         return found
 
     def versions(self, pattern: str) -> list[str]:
@@ -416,9 +247,9 @@ def _binaries(
     mounts: dict[str, Mount] = {}
     for name in names:
         for directory in profile["binary_dirs"]:
-            final = _final(roots.source_fd, f"{directory}/{name}")
+            final = resolve_final(roots.source_fd, f"{directory}/{name}")
             if final is not None and stat.S_ISREG(final[1].st_mode):
-                inner = _in_root(roots.source_real, final[0])
+                inner = in_root(roots.source_real, final[0])
                 _add_mount(mounts, roots, inner, f"{bin_dir}/{name}", "binary")
                 break
         else:
@@ -430,51 +261,45 @@ def _glob_files(roots: Roots, pattern: str) -> list[tuple[str, str, os.stat_resu
     """(path as the profile names it, resolved in-root path, stat) of the files matching
     `pattern` (glob characters in its last component only)."""
     parent, name = os.path.split(pattern)
-    if _is_glob(parent):
+    if is_glob(parent):
         raise OcihookError(f"profile: glob characters only in the last component: {pattern}")
     found = []
     for match in roots.listing(roots.source_fd, parent).match(name):
-        final = _final(roots.source_fd, f"{parent}/{match}")
+        final = resolve_final(roots.source_fd, f"{parent}/{match}")
         if final is not None:
-            found.append((f"{parent}/{match}", _in_root(roots.source_real, final[0]), final[1]))
+            found.append((f"{parent}/{match}", in_root(roots.source_real, final[0]), final[1]))
     return found
 
 
 def _files(roots: Roots, parts: dict, version: str | None, unmatched: list[str]) -> list[Mount]:
+    """The `firmware` and `files` entries: each match's kind by its file type (kinds.py)."""
     mounts: dict[str, Mount] = {}
-    entries = [{"path": f, "kind": "firmware"} for f in parts["firmware"]]
-    entries += [
-        {"path": f, "kind": "file"} if isinstance(f, str) else {**f, "kind": "file"}
-        for f in parts["files"]
-    ]
-    for entry in entries:
+    entries = [("firmware", {"path": f}) for f in parts["firmware"]]
+    entries += [("files", {"path": f} if isinstance(f, str) else f) for f in parts["files"]]
+    for section, entry in entries:
+        named_as = section_kind(section).name  # "firmware: ...", "file: ..." in messages
         pattern = entry["path"]
         if "{version}" in pattern:
             if version is None:
-                unmatched.append(f"{entry['kind']}: {pattern} (no driver version)")
+                unmatched.append(f"{named_as}: {pattern} (no driver version)")
                 continue
             pattern = pattern.replace("{version}", version)
         found = _glob_files(roots, pattern)
-        if not found and entry["kind"] == "file" and not entry.get("optional", False):
+        if not found and section == "files" and not entry.get("optional", False):
             raise OcihookError(
                 f"profile: file {pattern} not found in source root {roots.source_root}"
             )
         if not found:
-            unmatched.append(f"{entry['kind']}: {pattern}")
+            unmatched.append(f"{named_as}: {pattern}")
         for named, inner, st in found:
-            writable = False
-            if stat.S_ISSOCK(st.st_mode):
-                kind = "socket"
-            elif stat.S_ISREG(st.st_mode):
-                kind = entry["kind"]
-            elif stat.S_ISDIR(st.st_mode) and entry["kind"] == "file":
-                kind, writable = "directory", entry.get("writable", False)
-            else:
+            kind = found_kind(section, st.st_mode)
+            if kind is None:
                 continue
+            writable = kind.may_write and entry.get("writable", False)
             # The path as the profile names it, not where the source root's links lead
             # (/lib/firmware stays /lib/firmware on a merged-/usr host).
             target = entry.get("target") or named
-            _add_mount(mounts, roots, inner, target, kind, writable)
+            _add_mount(mounts, roots, inner, target, kind.name, writable)
     return list(mounts.values())
 
 
@@ -510,26 +335,18 @@ def driver_version(
     return found[0], f"{library}, no kernel module version", warnings
 
 
-def build_plan(
-    config: dict,
-    roots: Roots,
-    indices: list[int],
-    available: dict,
-    request: str,
-    lib_dir: str | None = None,
-    capabilities: list[str] | None = None,
-) -> Plan:
-    """Everything the container gets for the device `indices` (checked against `available`,
-    index -> devices.Device, from devices.available_devices) and the driver `capabilities`
-    (default: the profile's)."""
-    from ocihook import devices
-
+def build_plan(config: dict, roots: Roots, request: DeviceRequest) -> Plan:
+    """The plan-building entry point: everything a container asking for `request` gets from
+    the source and device roots (the devices it selects, the driver files of its
+    capabilities, or the profile's default ones), with libraries under placeholder dirs.
+    `plan.finalize` places them and decides the rest for one target (target.decide)."""
     profile = config["profile"]
+    available = devices.available_devices(roots, profile["devices"])
+    indices = select_indices(request, available)
+    capabilities = request.capabilities
     if capabilities is None:
         capabilities = list(profile["default_capabilities"])
-    placeholder = lib_dir is None
-    lib_dir = lib_dir or PLACEHOLDER_LIB_DIR
-    lib_dir32 = PLACEHOLDER_LIB_DIR32 if lib_dir != PLACEHOLDER_LIB_DIR32 else "/usr/lib32"
+    lib_dir, lib_dir32 = PLACEHOLDER_LIB_DIR, PLACEHOLDER_LIB_DIR32
     parts = select_parts(profile, capabilities)
     finder = _LibraryFinder(roots, profile)
     version, version_source, warnings = driver_version(roots, profile, finder)
@@ -543,7 +360,6 @@ def build_plan(
         )
         mounts += mounts32
         links += links32
-    has_libraries = bool(mounts)
     mounts += _binaries(
         roots, profile, parts["binaries"], config["container"]["bin_dir"], unmatched
     )
@@ -556,7 +372,7 @@ def build_plan(
         profile=profile["name"],
         source_root=roots.source_root,
         device_root=roots.device_root,
-        request=request,
+        request=request.describe(),
         lib_dir=lib_dir,
         driver_version=version,
         mounts=mounts,
@@ -567,11 +383,10 @@ def build_plan(
         ),
         device_list=[available[i] for i in indices],
         ld_dirs=ld_dirs_for(mounts, lib_dir, lib_dir32),
-        ldconfig=has_libraries and config["ldconfig"]["enabled"],
         capabilities=capabilities,
         version_source=version_source,
         lib_dir32=lib_dir32,
-        placeholder=placeholder,
+        placeholder=True,
         ld_cache=_ld_cache_note(finder, roots),
         unmatched=unmatched,
         warnings=warnings,
@@ -584,10 +399,7 @@ def _with_mode(nodes: list[DeviceNode], mode: str | None) -> list[DeviceNode]:
     if not mode:
         return nodes
     value = int(mode, 8)
-    return [
-        DeviceNode(n.path, n.host_path, n.type, n.major, n.minor, value, n.index, n.access)
-        for n in nodes
-    ]
+    return [n.replace(mode=value) for n in nodes]
 
 
 def _ld_cache_note(finder: _LibraryFinder, roots: Roots) -> str:

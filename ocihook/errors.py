@@ -1,7 +1,9 @@
 """The project's one error contract.
 
-OcihookError is an expected failure: one line on stderr ("ocihook: ..."), exit status 1.
-Anything else that escapes is a bug: one line ("ocihook: internal error: ..."), status 2.
+OcihookError is an expected failure: one line on stderr ("ocihook: ..."), exit status 1;
+so is an OSError from the environment, named by its path and cause. Anything else that
+escapes is a bug: one line ("ocihook: internal error: ..."), status 2; EBADF too (a
+descriptor of our own was wrong). `exit_line` is that rule, for the hook and every command.
 
 podman maps a hook's stderr that contains "no such file or directory" (any case) to "OCI
 runtime attempted to invoke a command that was not found" and exit status 127, which sends
@@ -44,3 +46,12 @@ def from_os_error(error: OSError) -> OcihookError:
     names = [n for n in (error.filename, error.filename2) if n is not None]
     where = " -> ".join(str(n) for n in names)
     return OcihookError(f"{where}: {describe(error)}" if where else describe(error))
+
+
+def exit_line(error: Exception) -> tuple[int, str]:
+    """(exit status, the one line for stderr) of an exception that reached the top."""
+    if isinstance(error, OSError) and error.errno != errno.EBADF:
+        error = from_os_error(error)
+    if isinstance(error, OcihookError):
+        return 1, f"ocihook: {error}"
+    return 2, f"ocihook: internal error: {type(error).__name__}: {error}"

@@ -62,17 +62,16 @@ def collect(config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str) -> di
     try:
         from ocihook.config import compile_config
         from ocihook.devices import available_devices
-        from ocihook.discover import Roots
+        from ocihook.discover import build_plan
+        from ocihook.request import parse_request
+        from ocihook.roots import Roots
 
         config, _ = compile_config(config_path)
         profile = config["profile"]
         labels["profile"] = label_value(profile["name"])
-        from ocihook.inject import plan_for
-        from ocihook.request import parse_request
-
         with Roots(config["source_root"], config["device_root"]) as roots:
             labels["devices"] = str(len(available_devices(roots, profile["devices"])))
-            plan = plan_for(config, roots, parse_request("all", "features"))
+            plan = build_plan(config, roots, parse_request("all", "features"))
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)
     except OcihookError:

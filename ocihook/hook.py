@@ -10,11 +10,10 @@ cause) and exit status 1; exit status 2 ("ocihook: internal error: ...") is a bu
 
 from __future__ import annotations
 
-import errno
 import sys
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
-from ocihook.errors import OcihookError, from_os_error
+from ocihook.errors import OcihookError, exit_line
 from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
 
 TYPE_CHECKING = False  # typing costs milliseconds of imports at container start: annotations only
@@ -48,18 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         options = _parse_args(sys.argv[1:] if argv is None else argv)
         data = sys.stdin.buffer.read(MAX_STATE_BYTES + 1)
         return run(data, options["--config"], options["--cache-dir"])
-    except OcihookError as error:
-        sys.stderr.write(f"ocihook: {error}\n")
-        return 1
-    except OSError as error:  # the environment (EBADF: our own bug, below)
-        if error.errno == errno.EBADF:
-            sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
-            return 2
-        sys.stderr.write(f"ocihook: {from_os_error(error)}\n")
-        return 1
-    except Exception as error:  # a bug: still one line, and a distinct status
-        sys.stderr.write(f"ocihook: internal error: {type(error).__name__}: {error}\n")
-        return 2
+    except Exception as error:  # one line and the contract's status (errors.exit_line)
+        status, line = exit_line(error)
+        sys.stderr.write(line + "\n")
+        return status
 
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:

@@ -1,4 +1,10 @@
-"""Inject the driver into one container: discover -> plan -> clone -> enter -> apply -> record."""
+"""Inject the driver into one container: plan -> decide -> clone -> enter -> finalize ->
+apply -> record.
+
+The plan comes from discovery (discover.build_plan), every decision about the container
+from target.decide; this module only runs the steps in their order, on the host and then
+in the container's mount namespace, and undoes them on failure.
+"""
 
 from __future__ import annotations
 
@@ -6,53 +12,50 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, ldcache, privileges, record
-from ocihook.devices import available_devices
-from ocihook.discover import Roots, build_plan
+from ocihook import apply, cgroups, ldcache, mountinfo, privileges, record, securepath
+from ocihook.discover import build_plan
 from ocihook.errors import OcihookError, describe
-from ocihook.plan import LIBRARY_KINDS, Plan, device_rules, finalize
-from ocihook.request import DeviceRequest, select_indices
+from ocihook.hostldconfig import open_ldconfig
+from ocihook.kinds import KINDS, LABEL_WRITABLE
+from ocihook.plan import Plan, device_rules, finalize
+from ocihook.roots import Roots
 from ocihook.selinux import label as selinux_label
-from ocihook.state import Container
+from ocihook.target import CONTAINER, Decision, Target, decide
+
+TYPE_CHECKING = False  # typing costs imports at container start: annotations only
+if TYPE_CHECKING:
+    from ocihook.request import DeviceRequest
+    from ocihook.state import Container
 
 
-def file_label(config: dict, container: Container) -> str | None:
-    """The label for what the hook creates in the container, or None to leave labels alone."""
-    settings = config["selinux"]
-    if settings["mode"] == "disabled":
-        return None
-    if settings["mode"] == "auto" and not selinux_label.selinux_enabled():
-        return None
-    return settings["label"] or container.mount_label
-
-
-def plan_for(
-    config: dict, roots: Roots, request: DeviceRequest, lib_dir: str | None = None
-) -> Plan:
-    profile = config["profile"]
-    available = available_devices(roots, profile["devices"])
-    indices = select_indices(request, available)
-    return build_plan(
-        config, roots, indices, available, request.describe(), lib_dir, request.capabilities
-    )
-
-
-def check_source_labels(plan: Plan, config: dict, log: record.Log) -> dict[str, str | None]:
-    """Labels of the bind-mounted sources; a label no container can read fails (or warns)."""
-    labels = {m.host_path: selinux_label.get_label(m.host_path) for m in plan.mounts}
+def check_source_labels(
+    sources: list[apply.SourceTree], config: dict, log: record.Log, source_real: str | None = None
+) -> list[str | None]:
+    """The SELinux labels of the bind-mount sources, in order, read from the fds that are
+    mounted (not from their host paths); a label no container can read (or, for a
+    read-write mount, write) fails the start, or is logged with `selinux.source_check:
+    warn`. `source_real` is the source root's canonical path (for the fix's wording)."""
+    labels = [
+        selinux_label.get_label(securepath.fd_path(s.fd), follow_symlinks=True) for s in sources
+    ]
     mode = config["selinux"]["source_check"]
     if mode == "off":
         return labels
     fix = None
-    writable = {m.host_path for m in plan.mounts if m.writable}
-    for path, context in labels.items():
-        if path in writable:
-            problem = writable_label_problem(path, context)
-        elif selinux_label.source_label_problem(path, context, "") is None:
+    seen = set()
+    for source, context in zip(sources, labels):
+        mount = source.mount
+        if mount.host_path in seen:
+            continue  # one file mounted at two targets: one line about it
+        seen.add(mount.host_path)
+        rule = LABEL_WRITABLE if mount.writable else KINDS[mount.kind].label
+        if rule == LABEL_WRITABLE:
+            problem = writable_label_problem(mount.host_path, context)
+        elif selinux_label.source_label_problem(mount.host_path, context, "") is None:
             continue
         else:
-            fix = fix or relabel_fix(config["source_root"])
-            problem = selinux_label.source_label_problem(path, context, fix)
+            fix = fix or relabel_fix(config["source_root"], source_real)
+            problem = selinux_label.source_label_problem(mount.host_path, context, fix)
         if problem is None:
             continue
         if mode == "error":
@@ -77,11 +80,12 @@ def writable_label_problem(path: str, context: str | None) -> str | None:
     )
 
 
-def relabel_fix(source_root: str) -> str:
-    """What to tell the user: relabel the driver's root, unless it is a host system dir."""
+def relabel_fix(source_root: str, real: str | None = None) -> str:
+    """What to tell the user: relabel the driver's root, unless it is a host system dir.
+    `real` is the root's canonical path (Roots.source_real: what its fd names)."""
     from ocihook.selinux.relabel import refusal
 
-    if refusal(os.path.realpath(source_root)) is None:
+    if refusal(real or os.path.realpath(source_root)) is None:
         return f"run: ocihook selinux relabel {source_root}"
     return (
         f"the source root {source_root} is host system content that ocihook does not relabel: "
@@ -95,7 +99,7 @@ def inject(container: Container, config: dict, request: DeviceRequest) -> dict:
     started = time.monotonic()
     log = record.Log(config["log"]["target"], config["log"]["debug"])
     try:
-        result = _inject(container, config, request, log)
+        result = _Injection(container, config, log).run(request)
     except OcihookError as error:
         log.error(f"{container.id}: {error}")
         raise
@@ -116,55 +120,146 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _inject(container: Container, config: dict, request: DeviceRequest, log: record.Log) -> dict:
-    _raise_fd_limit()
-    label = file_label(config, container)
-    strategy = "bind" if container.userns else "mknod"
-    api = apply.mount_api(config["mount_api"])
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = plan_for(config, roots, request)
-        log.debug(f"{container.id}: planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
-        for warning in plan.warnings:
-            log.info(f"{container.id}: warning: {warning}")
-        source_labels = check_source_labels(plan, config, log) if label else {}
-        # New mount API: clone the sources on the host now. Classic API: open them in the
-        # container's mount namespace later (a bind mount cannot cross namespaces).
-        trees = api.sources(plan, roots) if api.on_host else []
-        node_trees: dict[str, int] = {}
+class _Injection:
+    """One injection's steps, the handles they hold until it ends (the sources opened for
+    the plan's mounts and device nodes, the host's ldconfig) and what they did (the
+    finalized plan, the device cgroup edits, how the ld cache was updated): the record."""
+
+    def __init__(self, container: Container, config: dict, log: record.Log) -> None:
+        self.container = container
+        self.config = config
+        self.log = log
+        self.api = apply.mount_api(config["mount_api"])
+        self.sources: list[apply.SourceTree] = []
+        self.labels: list[str | None] = []
+        self.node_sources: dict[str, int] = {}
+        self.ldconfig_fd: int | None = None
+        self.closed = False
+        self.final: Plan | None = None
+        self.edits: list[cgroups.DeviceEdit] = []
+        self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
+        self.host_mounts: list | None = None  # mountinfo.Entry of our (the runtime's) namespace
+
+    def _debug(self, line: str) -> None:
+        self.log.debug(f"{self.container.id}: {line}")
+
+    def run(self, request: DeviceRequest) -> dict:
+        _raise_fd_limit()
+        container, config = self.container, self.config
+        target = Target(CONTAINER, container.userns, container.mount_label, None, True)
+        state_fd = -1
         try:
-            if strategy == "bind" and api.on_host:
-                node_trees = api.nodes(plan, roots)
-            ldconfig_fd = (
-                ldcache.open_ldconfig(config["ldconfig"]["path"]) if plan.ldconfig else None
+            with Roots(config["source_root"], config["device_root"]) as roots:
+                plan = build_plan(config, roots, request)
+                decision = decide(config, target, plan)
+                self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
+                for warning in plan.warnings:
+                    self.log.info(f"{container.id}: warning: {warning}")
+                # New mount API: clone the sources on the host now. Classic API: open them in
+                # the container's mount namespace (a bind mount cannot cross namespaces).
+                if self.api.on_host:
+                    self._open_sources(plan, decision, roots)
+                if decision.ld_writer is not None:
+                    self.ldconfig_fd = open_ldconfig(config["ldconfig"]["path"])
+                state_fd = record.open_state_dir(config["state_dir"])
+                self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
+                self._with_device_cgroup(plan, decision, roots)
+            self._close()
+            # Everything that needs privilege is done: what is left is writing our own files.
+            privileges.drop_capabilities()
+            if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
+                caps = privileges.effective_capabilities()
+                self._debug(f"capabilities dropped, CapEff {caps:x}")
+            body = record.injection_record(
+                container, self.final, self.sources, self.labels, self.edits, self.ld_cache
             )
-            state_fd = record.open_state_dir(config["state_dir"])
-            target = cgroups.find_container_cgroup(container.pid, container.cgroups_path)
-            edits = cgroups.allow_devices(target, device_rules(plan))
-            log.debug(f"{container.id}: cgroup {target.version} {target.path}: {edits}")
-            try:
-                plan, trees, ld_cache = _apply_in_container(
-                    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
-                )
-            except BaseException:
-                _undo_cgroup(target, edits, log, container.id)
-                raise
+            record.write_record(state_fd, config["state_dir"], container.id, body)
+            settings = config["records"]
+            record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
+            return body
         finally:
-            apply.close_trees(trees)
-            for fd in node_trees.values():
+            self._close()
+            if state_fd >= 0:
+                os.close(state_fd)
+
+    def _open_sources(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """The plan's sources (and, for bind-mounted nodes, the host's nodes) opened for
+        mounting by the mount API; their labels checked when the hook labels."""
+        self.sources = self.api.sources(plan, roots)
+        if decision.node_strategy == "bind":
+            self.node_sources = self.api.nodes(plan, roots)
+        if decision.file_label:
+            self.labels = check_source_labels(
+                self.sources, self.config, self.log, roots.source_real
+            )
+        else:
+            self.labels = [None] * len(self.sources)
+
+    def _with_device_cgroup(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """The device cgroup edits (when the decision makes them), then the container part;
+        the edits are undone when that fails."""
+        cgroup = None
+        if decision.device_cgroup:
+            cgroup = cgroups.find_container_cgroup(self.container.pid, self.container.cgroups_path)
+            self.edits = cgroups.allow_devices(cgroup, device_rules(plan))
+            if self.log.debug_enabled:
+                records = [e.record() for e in self.edits]
+                self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
+        try:
+            self._in_container(plan, decision, roots)
+        except BaseException:
+            if cgroup is not None:
+                _undo_cgroup(cgroup, self.edits, self.log, self.container.id)
+            raise
+
+    def _in_container(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """Everything done inside the container's mount namespace: complete the decision
+        from the image (its lib dir, its loader), finalize the plan (pure), execute it; the
+        finalized plan and how the ld cache was updated are kept for the record."""
+        container = self.container
+        shared = apply.host_superblocks(self.host_mounts)
+        root_fd = apply.enter_container(container.pid, container.rootfs)
+        try:
+            final = finalize(plan, decision.in_image(root_fd))
+            if not self.api.on_host:
+                self._open_sources(plan, decision, roots)
+            self.sources = apply.bind_sources(self.sources, final)
+            uid, gid = container.host_uid(0), container.host_gid(0)
+            writer = apply.ContainerWriter(root_fd, final.file_label, uid, gid, shared)
+            try:
+                apply.execute(writer, final, self.sources, self.node_sources, self.api)
+                if final.ld_writer is not None and self.ldconfig_fd is not None:
+                    self.ld_cache = ldcache.update(
+                        writer,
+                        self.ldconfig_fd,
+                        root_fd,
+                        container.rootfs,
+                        final,
+                        self.config["ldconfig"]["path"],
+                        uid,
+                        gid,
+                        self._debug,
+                    )
+                self._debug(f"applied in {container.rootfs} (lib dir {final.lib_dir})")
+            except BaseException:
+                for failure in writer.rollback():
+                    self.log.error(f"{container.id}: rollback: {failure}")
+                raise
+            finally:
+                writer.close()
+            self.final = final
+        finally:
+            os.close(root_fd)
+
+    def _close(self) -> None:
+        """Close the handles (once; the sources stay listed for the record)."""
+        if not self.closed:
+            self.closed = True
+            apply.close_trees(self.sources)
+            for fd in self.node_sources.values():
                 os.close(fd)
-    # Everything that needs privilege is done: what is left is writing our own files.
-    privileges.drop_capabilities()
-    log.debug(
-        f"{container.id}: capabilities dropped, CapEff {privileges.effective_capabilities():x}"
-    )
-    body = _record(container, plan, trees, source_labels, label, edits, ld_cache)
-    try:
-        record.write_record(state_fd, config["state_dir"], container.id, body)
-        settings = config["records"]
-        record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
-    finally:
-        os.close(state_fd)
-    return body
+            if self.ldconfig_fd is not None:
+                os.close(self.ldconfig_fd)
 
 
 def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
@@ -175,103 +270,3 @@ def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
     except Exception as error:
         cause = describe(error) if isinstance(error, OSError) else str(error)
         log.error(f"{container_id}: rollback: cgroup {target.version} {target.path}: {cause}")
-
-
-def _apply_in_container(
-    container, config, plan, trees, node_trees, label, ldconfig_fd, log, api, roots
-):
-    """Everything done inside the container's mount namespace: probe the image's library
-    dir, finalize the plan (pure), then execute it. With the classic mount API the sources
-    are opened here and added to `trees`/`node_trees` (the caller closes them).
-    Returns (the finalized plan, its sources, how the ld cache was updated or None)."""
-    shared = apply.host_superblocks()
-    root_fd = apply.enter_container(container.pid, container.rootfs)
-    try:
-        lib_dir = config["container"]["lib_dir"]
-        if lib_dir == "auto":
-            lib_dir = apply.detect_lib_dir(root_fd)
-        strategy = "bind" if container.userns else "mknod"
-        final = finalize(plan, lib_dir, apply.lib_dir32_for(lib_dir), strategy, label)
-        if not api.on_host:
-            trees.extend(api.sources(plan, roots))
-            if strategy == "bind":
-                node_trees.update(api.nodes(plan, roots))
-        bound = apply.bind_sources(trees, final)
-        writer = apply.ContainerWriter(
-            root_fd, final.file_label, container.host_uid(0), container.host_gid(0), shared
-        )
-        try:
-            apply.execute(writer, final, bound, node_trees, api)
-            ld_cache = None  # "native" or "ldconfig": how the ld cache was updated
-            if ldconfig_fd is not None and ldcache.is_glibc_image(root_fd):
-                ld_cache = ldcache.update(
-                    writer,
-                    ldconfig_fd,
-                    root_fd,
-                    container.rootfs,
-                    final.ld_dirs,
-                    [m.target for m in final.mounts if m.kind in LIBRARY_KINDS],
-                    config["ldconfig"],
-                    container.host_uid(0),
-                    container.host_gid(0),
-                    lambda line: log.debug(f"{container.id}: {line}"),
-                )
-            log.debug(f"{container.id}: applied in {container.rootfs} (lib dir {lib_dir})")
-        except BaseException:
-            for failure in writer.rollback():
-                log.error(f"{container.id}: rollback: {failure}")
-            raise
-        finally:
-            writer.close()
-    finally:
-        os.close(root_fd)
-        if ldconfig_fd is not None:
-            os.close(ldconfig_fd)
-    return final, bound, ld_cache
-
-
-def _record(container, plan, trees, source_labels, label, edits, ld_cache) -> dict:
-    return record.new_record(
-        container.id,
-        container.pid,
-        {
-            "bundle": container.bundle,
-            "rootfs": container.rootfs,
-            "profile": plan.profile,
-            "request": plan.request,
-            "source_root": plan.source_root,
-            "device_root": plan.device_root,
-            "driver_version": plan.driver_version,
-            "capabilities": plan.capabilities,
-            "mount_label": container.mount_label,
-            "process_label": container.process_label,
-            "file_label": label,
-            "mounts": [
-                {
-                    "source": t.mount.host_path,
-                    "target": t.mount.target,
-                    "kind": t.mount.kind,
-                    "dev": t.dev,
-                    "ino": t.ino,
-                    "label": source_labels.get(t.mount.host_path),
-                }
-                for t in trees
-            ],
-            "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
-            "devices": [
-                {
-                    "path": d.path,
-                    "host_path": d.host_path,
-                    "type": d.type,
-                    "major": d.major,
-                    "minor": d.minor,
-                    "index": d.index,
-                    "label": label,
-                }
-                for d in plan.devices
-            ],
-            "cgroup": edits,
-            "ld_dirs": plan.ld_dirs if ld_cache else [],
-            "ld_cache": ld_cache,
-        },
-    )

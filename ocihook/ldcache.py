@@ -1,7 +1,8 @@
 """Update a container's dynamic linker cache: natively, or with the host's ldconfig, sandboxed.
 
-`update` writes the cache itself when it can be exact (ldnative: the image's cache plus the
-injected libraries, no process) and otherwise runs the sandboxed ldconfig (`update_cache`).
+`update` carries out the plan's `ld_writer`: with "native" it writes the cache itself when it
+can be exact (ldnative: the image's cache plus the injected libraries, no process), and
+otherwise, or with "ldconfig", it runs the sandboxed ldconfig (`update_cache`).
 
 Nothing of the container is executed: the host's (static) ldconfig is opened on the
 host and run by file descriptor in a child that is chrooted into the rootfs inside a
@@ -15,11 +16,11 @@ from __future__ import annotations
 import os
 import resource
 import select
-import stat
 import time
 
 from ocihook import ldnative, linux, privileges, securepath
 from ocihook.errors import OcihookError
+from ocihook.kinds import KINDS
 from ocihook.selinux import label
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ocihook.apply import ContainerWriter
+    from ocihook.plan import Plan
 
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
@@ -37,14 +39,6 @@ LIMITS = {
     resource.RLIMIT_NOFILE: 256,
     resource.RLIMIT_CORE: 0,
 }
-# Dynamic loaders whose presence marks a glibc image (an ld cache is useless elsewhere).
-GLIBC_LOADERS = (
-    "/lib64/ld-linux-x86-64.so.2",
-    "/lib/ld-linux-aarch64.so.1",
-    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-    "/usr/lib64/ld-linux-x86-64.so.2",
-    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
-)
 
 
 def update(
@@ -52,20 +46,22 @@ def update(
     ldconfig_fd: int,
     root_fd: int,
     rootfs: str,
-    ld_dirs: list[str],
-    libraries: list[str],
-    settings: dict,
+    plan: Plan,
+    ldconfig_path: str,
     uid: int = 0,
     gid: int = 0,
     debug: Callable[[str], None] | None = None,
 ) -> str:
-    """Bring the container's ld cache up to date for the injected `libraries` (container
-    paths) in `ld_dirs`; returns which way ran: "native" or "ldconfig".
+    """Bring the container's ld cache up to date for the finalized `plan`'s libraries in its
+    `ld_dirs`, the plan's way (`plan.ld_writer`); returns which way ran: "native" or
+    "ldconfig" (the native writer falls back to the sandboxed ldconfig, the host's
+    `ldconfig_path` open as `ldconfig_fd`, when it cannot be exact).
 
-    `writer` (apply.ContainerWriter) creates the file; `settings` is the config's `ldconfig`
-    section (`writer: native|ldconfig`, `path`); `debug` logs one line saying why."""
+    `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why."""
+    ld_dirs = plan.ld_dirs
     why = "ldconfig.writer is ldconfig"
-    if settings.get("writer", "native") == "native":
+    if plan.ld_writer == "native":
+        libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
         why = _native(writer, root_fd, ld_dirs, libraries)
         if why is None:
             if debug:
@@ -73,7 +69,7 @@ def update(
             return "native"
     if debug:
         debug(f"ld cache: sandboxed ldconfig ({why})")
-    update_cache(ldconfig_fd, root_fd, rootfs, ld_dirs, uid, gid, settings["path"])
+    update_cache(ldconfig_fd, root_fd, rootfs, ld_dirs, uid, gid, ldconfig_path)
     return "ldconfig"
 
 
@@ -96,64 +92,6 @@ def _native(
         return None
     finally:
         os.close(etc_fd)
-
-
-def open_ldconfig(path: str) -> int:
-    """The host's ldconfig, opened on the host before entering the container.
-
-    It must be a static ELF executable: it runs chrooted in the rootfs, where a dynamic
-    one would load the image's ld.so and libc (and a script the image's interpreter)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as error:
-        raise OcihookError(f"ldconfig {path}: {error.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        problem = _not_static_elf(fd, mode)
-        if problem is None and not mode & 0o111:
-            problem = f"not executable (mode {stat.S_IMODE(mode):04o})"
-    except OSError as error:
-        problem = error.strerror
-    if problem:
-        os.close(fd)
-        raise OcihookError(f"ldconfig {path}: {problem}; it must be a static executable")
-    return fd
-
-
-def _not_static_elf(fd: int, mode: int) -> str | None:
-    """Why the file at `fd` (of st_mode `mode`) is not a static ELF executable (None when it
-    is one)."""
-    import struct
-
-    if not stat.S_ISREG(mode):
-        return "not a regular file"
-    header = os.pread(fd, 64, 0)
-    if len(header) < 64 or header[:4] != b"\x7fELF":
-        return "not an ELF file"
-    if header[4] != 2 or header[5] != 1:
-        return "not a 64-bit little-endian ELF file"
-    (phoff,) = struct.unpack_from("<Q", header, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", header, 0x36)
-    if phentsize < 56 or phnum > 512:
-        return "malformed ELF program headers"
-    table = os.pread(fd, phentsize * phnum, phoff)
-    if len(table) < phentsize * phnum:
-        return "truncated ELF program headers"
-    for i in range(phnum):
-        (p_type,) = struct.unpack_from("<I", table, i * phentsize)
-        if p_type == 3:  # PT_INTERP
-            return "dynamically linked (it would load the container's ld.so)"
-    return None
-
-
-def is_glibc_image(root_fd: int) -> bool:
-    for loader in GLIBC_LOADERS:
-        try:
-            os.close(securepath.resolve(root_fd, loader))
-            return True
-        except OSError:
-            continue
-    return False
 
 
 def _mask(root_fd: int, path: str) -> None:

@@ -26,8 +26,6 @@ MAX_NAME = 4096
 MAX_NEEDED = 256
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 EM_386, EM_X86_64 = 3, 62
-FLAG_ELF, FLAG_ELF_LIBC6 = 0x0001, 0x0003
-FLAG_X8664_LIB64, FLAG_X8664_LIBX32 = 0x0300, 0x0800
 PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME = 0, 1, 5, 14
 # ldconfig's libc6 marker for 32-bit x86 libraries (elf/readlib.c known_libs); older libcs
@@ -106,11 +104,13 @@ def elf_entry(fd: int, name: str) -> tuple[bytes, int] | str:
     if not key or b"/" in key or not key.isascii():
         return f"soname {key!r}"
     if machine == EM_X86_64:
-        return key, FLAG_ELF_LIBC6 | (FLAG_X8664_LIB64 if elfclass == 2 else FLAG_X8664_LIBX32)
+        arch = ldsocache.FLAG_X8664_LIB64 if elfclass == 2 else ldsocache.FLAG_X8664_LIBX32
+        return key, ldsocache.FLAG_ELF_LIBC6 | arch
     if machine == EM_386 and elfclass == 1:
         if any(n in OLD_LIBC_NAMES for n in names):
             return "linked against an old libc"
-        return key, FLAG_ELF_LIBC6 if any(n in LIBC6_NAMES for n in names) else FLAG_ELF
+        libc6 = any(n in LIBC6_NAMES for n in names)
+        return key, ldsocache.FLAG_ELF_LIBC6 if libc6 else ldsocache.FLAG_ELF
     return f"ELF machine {machine}"
 
 

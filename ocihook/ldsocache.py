@@ -25,15 +25,24 @@ _OLD_ENTRY = struct.Struct("=iII")  # flags, key, value
 _NEW_HEADER = struct.Struct("=20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext
 _NEW_ENTRY = struct.Struct("=iIIIQ")  # flags, key, value, osversion, hwcap
 
+# An entry's flags (glibc's elf/ldconfig.h): the library type in the low byte, the arch
+# bits in the high one. The one home of these values (ldnative.py writes them too).
+FLAG_ELF = 0x0001
 FLAG_ELF_LIBC6 = 0x0003
 FLAG_TYPE_MASK = 0x00FF
 FLAG_ARCH_MASK = 0xFF00
+FLAG_X8664_LIB64 = 0x0300
+FLAG_S390_LIB64 = 0x0400
+FLAG_POWERPC_LIB64 = 0x0500
+FLAG_X8664_LIBX32 = 0x0800
+FLAG_ARM_LIBHF = 0x0900
+FLAG_AARCH64_LIB64 = 0x0A00
 # The arch bits ldconfig gives this machine's 64-bit libraries, and its 32-bit compat ones.
 _ARCH_FLAGS = {
-    "x86_64": (0x0300, 0x0000),
-    "aarch64": (0x0A00, 0x0900),
-    "ppc64le": (0x0500, None),
-    "s390x": (0x0400, None),
+    "x86_64": (FLAG_X8664_LIB64, 0x0000),
+    "aarch64": (FLAG_AARCH64_LIB64, FLAG_ARM_LIBHF),
+    "ppc64le": (FLAG_POWERPC_LIB64, None),
+    "s390x": (FLAG_S390_LIB64, None),
 }
 
 Entry = tuple  # (soname: str, path: str, flags: int)
@@ -41,24 +50,36 @@ Entry = tuple  # (soname: str, path: str, flags: int)
 
 def arch_flags(machine: str | None = None) -> tuple[int, int | None]:
     """(64-bit flags, 32-bit flags or None) for `machine` (default: this one)."""
-    return _ARCH_FLAGS.get(machine or os.uname().machine, (0x0300, 0x0000))
+    return _ARCH_FLAGS.get(machine or os.uname().machine, (FLAG_X8664_LIB64, 0x0000))
+
+
+def _new_table_at(data: bytes) -> int | None:
+    """Where the table of the new format starts: 0 (a file of the new format), after the
+    old table (the compat layout of `ldconfig -c compat`), or None (the old format alone).
+    ValueError: not an ld.so.cache, or the old table is cut short."""
+    if data.startswith(NEW_MAGIC):
+        return 0
+    if not data.startswith(OLD_MAGIC):
+        raise ValueError("not an ld.so.cache (unknown magic)")
+    if len(data) < _OLD_HEADER.size:
+        raise ValueError("truncated")
+    nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
+    if nlibs > (len(data) - _OLD_HEADER.size) // _OLD_ENTRY.size:
+        raise ValueError("truncated")
+    # The new table follows, aligned like struct cache_file_new.
+    new_at = (_OLD_HEADER.size + nlibs * _OLD_ENTRY.size + 7) & ~7
+    return new_at if data.startswith(NEW_MAGIC, new_at) else None
 
 
 def parse(data: bytes, what: str = "ld.so.cache") -> list[Entry]:
     """Entries in the cache's order (the dynamic linker's preference order)."""
-    if data.startswith(NEW_MAGIC):
-        return _parse_new(data, 0, what)
-    if not data.startswith(OLD_MAGIC):
-        raise OcihookError(f"{what}: not an ld.so.cache (unknown magic)")
-    if len(data) < _OLD_HEADER.size:
-        raise OcihookError(f"{what}: truncated")
-    nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
-    end = _OLD_HEADER.size + nlibs * _OLD_ENTRY.size
-    if end > len(data):
-        raise OcihookError(f"{what}: truncated")
-    new_at = (end + 7) & ~7  # the new table follows, aligned like struct cache_file_new
-    if data.startswith(NEW_MAGIC, new_at):
+    try:
+        new_at = _new_table_at(data)
+    except ValueError as error:
+        raise OcihookError(f"{what}: {error}") from None
+    if new_at is not None:
         return _parse_new(data, new_at, what)
+    end = _OLD_HEADER.size + _OLD_HEADER.unpack_from(data, 0)[1] * _OLD_ENTRY.size
     return [
         (_string(data, end + key, what), _string(data, end + value, what), flags)
         for flags, key, value in _OLD_ENTRY.iter_unpack(data[_OLD_HEADER.size : end])
@@ -169,18 +190,12 @@ def parse_for_merge(data: bytes) -> list[FullEntry]:
     legacy), extension sections other than the generator string, names that are not
     ASCII (glibc orders them by C `char`, whose sign differs by architecture), digit runs
     past a C int, any offset outside the file."""
-    base = 0
-    if data.startswith(OLD_MAGIC):
-        if len(data) < _OLD_HEADER.size:
-            raise NotExact("truncated")
-        nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
-        if nlibs > (len(data) - _OLD_HEADER.size) // _OLD_ENTRY.size:
-            raise NotExact("truncated")
-        base = (_OLD_HEADER.size + nlibs * _OLD_ENTRY.size + 7) & ~7
-        if not data.startswith(NEW_MAGIC, base):
-            raise NotExact("old format only")
-    elif not data.startswith(NEW_MAGIC):
-        raise NotExact("not an ld.so.cache (unknown magic)")
+    try:
+        base = _new_table_at(data)
+    except ValueError as error:
+        raise NotExact(str(error)) from None
+    if base is None:
+        raise NotExact("old format only")
     if len(data) < base + _NEW_HEADER.size:
         raise NotExact("truncated")
     _, nlibs, _, flags, ext_offset = _NEW_HEADER.unpack_from(data, base)

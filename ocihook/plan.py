@@ -1,14 +1,22 @@
-"""The plan: plain data saying everything one container gets and how. Built by discover,
-finalized for one container (`finalize`: library dir, device node strategy, file label),
-executed by apply. `executor_view` is what `ocihook plan --json` prints."""
+"""The plan: plain data saying everything one container gets and how. Built by discover
+(`build_plan`), finalized for one target (`finalize`, with what `target.decide` decided:
+library dirs, device node strategy, file label, ld cache writer), executed by apply.
+`executor_view` is what `ocihook plan --json` prints and what the CDI spec is made of."""
 
 from __future__ import annotations
 
+from ocihook.devrules import DeviceRule
+from ocihook.kinds import KINDS, MOUNT_FLAGS
 from ocihook.slots import Struct
 
-# Mount kinds; libraries and binaries must stay executable (ld.so maps libraries PROT_EXEC).
-EXECUTABLE_KINDS = ("library", "library32", "binary")
-LIBRARY_KINDS = ("library", "library32")
+TYPE_CHECKING = False  # typing costs imports at container start: annotations only
+if TYPE_CHECKING:
+    from ocihook.target import Decision
+
+# Where libraries go until the plan is finalized for a target (and for good when no image
+# is at hand: `ocihook plan` without --rootfs or --lib-dir shows them marked as such).
+PLACEHOLDER_LIB_DIR = "/usr/lib64"
+PLACEHOLDER_LIB_DIR32 = "/usr/lib"
 # Mount.flags in words, for the plan text (tests/test_linux_facts.py checks they agree).
 FLAGS_LEGEND = "read-only unless [rw]; nosuid, nodev; noexec except libraries and binaries"
 # How a device node gets into the container: mknod (the container's /dev allows nodes), or a
@@ -16,6 +24,9 @@ FLAGS_LEGEND = "read-only unless [rw]; nosuid, nodev; noexec except libraries an
 NODE_STRATEGIES = ("mknod", "bind")
 # Flags of the bind mount of a device node (the node's own mode and the cgroup guard it).
 NODE_BIND_FLAGS = ("nosuid",)
+# How the container's ld cache is written: natively (ldnative.py; the sandboxed ldconfig
+# when that cannot be exact) or by the sandboxed ldconfig; None in a plan: not at all.
+LD_WRITERS = ("native", "ldconfig")
 
 
 class Mount(Struct):
@@ -24,23 +35,18 @@ class Mount(Struct):
     source: str  # path inside the source root
     host_path: str  # the same file as a host path, for people and records
     target: str  # path inside the container
-    kind: str  # library | library32 | binary | firmware | file | socket | directory
+    kind: str  # a kind of injected file (kinds.KINDS): library, binary, firmware, ...
     writable: bool  # a directory the profile mounts read-write (e.g. the MPS pipe dir)
 
     @property
     def noexec(self) -> bool:
-        return self.kind not in EXECUTABLE_KINDS
+        return not KINDS[self.kind].executable
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The mount's flags by name, the one place they are decided: read-only unless the
-        profile mounts it writable, always nosuid and nodev, noexec unless executable."""
-        return (
-            ("rw" if self.writable else "ro"),
-            "nosuid",
-            "nodev",
-            *(("noexec",) if self.noexec else ()),
-        )
+        """The mount's flags by name, the one place they are decided: its kind's flags
+        (kinds.Kind.flags), read-write when the profile mounts it writable."""
+        return MOUNT_FLAGS[self.kind, self.writable]
 
 
 class Link(Struct):
@@ -76,27 +82,6 @@ class DeviceNode(Struct):
         return DeviceRule(self.type, self.major, self.minor, self.access)
 
 
-class DeviceRule(Struct):
-    """One device the container may use: type "c"/"b", numbers (-1: any), access in "rwm".
-    The one device-rule type from the plan to the kernel (cgroups takes it as it is)."""
-
-    __slots__ = ("type", "major", "minor", "access")
-
-    type: str
-    major: int
-    minor: int
-    access: str
-
-    def as_tuple(self) -> tuple[str, int, int, str]:
-        """The plain tuple the BPF assembler takes."""
-        return (self.type, self.major, self.minor, self.access)
-
-    def line(self) -> str:
-        """The cgroup v1 syntax, e.g. 'c 10:237 rw' (-1 is '*')."""
-        num = lambda v: "*" if v == -1 else str(v)  # noqa: E731
-        return f"{self.type} {num(self.major)}:{num(self.minor)} {self.access}"
-
-
 class Plan(Struct):
     __slots__ = (
         "profile",
@@ -110,6 +95,7 @@ class Plan(Struct):
         "devices",
         "ld_dirs",
         "ldconfig",
+        "ld_writer",
         "device_list",
         "capabilities",
         "version_source",
@@ -129,6 +115,7 @@ class Plan(Struct):
         "devices": [],
         "ld_dirs": [],
         "ldconfig": False,
+        "ld_writer": None,
         "capabilities": [],
         "version_source": None,
         "lib_dir32": "/usr/lib",
@@ -147,7 +134,8 @@ class Plan(Struct):
     links: list[Link]
     devices: list[DeviceNode]
     ld_dirs: list[str]
-    ldconfig: bool
+    ldconfig: bool  # whether the container's ld cache is updated (ld_writer is not None)
+    ld_writer: str | None  # LD_WRITERS: how; None: not updated
     device_list: list  # devices.Device of each selected index: address, driver, nodes
     capabilities: list[str]  # the driver capabilities selected (compute, utility, ...)
     version_source: str | None  # where driver_version came from
@@ -160,33 +148,31 @@ class Plan(Struct):
 
     def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:
         """The same plan with libraries (and their links) placed in `lib_dir` (64-bit) and
-        `lib_dir32` (32-bit)."""
-        moves = [(self.lib_dir, lib_dir, "library")]
+        `lib_dir32` (32-bit; None keeps the plan's): each kind moves with its lib dir."""
+        dirs = {"lib_dir": (self.lib_dir, lib_dir)}
         if lib_dir32 is not None:
-            moves.append((self.lib_dir32, lib_dir32, "library32"))
+            dirs["lib_dir32"] = (self.lib_dir32, lib_dir32)
 
         def move(path: str, kind: str) -> str:
-            for old, new, which in moves:
-                old, new = old.rstrip("/") + "/", new.rstrip("/") + "/"
-                if kind == which and path.startswith(old):
+            field = KINDS[kind].lib_dir
+            if field in dirs:
+                old, new = (d.rstrip("/") + "/" for d in dirs[field])
+                if path.startswith(old):
                     return new + path[len(old) :]
             return path
 
         kinds = {m.target: m.kind for m in self.mounts}
         mounts = [
-            Mount(m.source, m.host_path, move(m.target, m.kind), m.kind, m.writable)
-            if m.kind in LIBRARY_KINDS
-            else m
+            m.replace(target=move(m.target, m.kind)) if KINDS[m.kind].lib_dir else m
             for m in self.mounts
         ]
         links = []
         for link in self.links:
             parent = link.target.rsplit("/", 1)[0]
             kind = kinds.get(f"{parent}/{link.points_to}", "library")
-            links.append(Link(move(link.target, kind), link.points_to))
+            links.append(link.replace(target=move(link.target, kind)))
         new32 = lib_dir32 if lib_dir32 is not None else self.lib_dir32
-        values = {name: getattr(self, name) for name in self.__slots__}
-        values.update(
+        return self.replace(
             lib_dir=lib_dir,
             lib_dir32=new32,
             mounts=mounts,
@@ -196,13 +182,12 @@ class Plan(Struct):
             ld_dirs=ld_dirs_for(mounts, lib_dir, new32),
             placeholder=False,
         )
-        return Plan(**values)
 
 
 def ld_dirs_for(mounts: list[Mount], lib_dir: str, lib_dir32: str) -> list[str]:
     """The container dirs the ld cache must cover: the lib dirs that got libraries."""
-    kinds = {m.kind for m in mounts}
-    return [d for d, kind in ((lib_dir, "library"), (lib_dir32, "library32")) if kind in kinds]
+    fields = {KINDS[m.kind].lib_dir for m in mounts}
+    return [d for d, field in ((lib_dir, "lib_dir"), (lib_dir32, "lib_dir32")) if field in fields]
 
 
 def device_rules(plan: Plan) -> list[DeviceRule]:
@@ -210,26 +195,26 @@ def device_rules(plan: Plan) -> list[DeviceRule]:
     return [d.rule() for d in plan.devices]
 
 
-def finalize(
-    plan: Plan,
-    lib_dir: str | None,
-    lib_dir32: str | None,
-    node_strategy: str = "mknod",
-    file_label: str | None = None,
-) -> Plan:
-    """The plan for one container, pure: libraries placed in the image's `lib_dir` (and
-    `lib_dir32`; None keeps the plan's), device nodes made by `node_strategy`, and what the
-    hook creates labelled `file_label`. Nothing is patched later: apply executes this."""
-    if node_strategy not in NODE_STRATEGIES:
-        raise ValueError(f"node strategy {node_strategy!r}")
-    final = plan.with_lib_dir(lib_dir, lib_dir32) if lib_dir is not None else plan
-    values = {name: getattr(final, name) for name in final.__slots__}
-    values["devices"] = [
-        DeviceNode(*(getattr(d, n) for n in DeviceNode.__slots__[:-1]), node_strategy)
-        for d in final.devices
-    ]
-    values["file_label"] = file_label
-    return Plan(**values)
+def finalize(plan: Plan, decision: Decision) -> Plan:
+    """The plan for one target, pure: what `target.decide` decided for it stamped in.
+    Libraries placed in the decision's lib dirs (None keeps the plan's placeholders),
+    device nodes made by its node strategy, what the hook creates labelled with its file
+    label, the ld cache written its way. Nothing is patched later: apply executes this."""
+    if decision.probe:
+        raise ValueError(f"decision: the image is not probed yet ({', '.join(decision.probe)})")
+    if decision.node_strategy not in NODE_STRATEGIES:
+        raise ValueError(f"node strategy {decision.node_strategy!r}")
+    if decision.ld_writer not in (None, *LD_WRITERS):
+        raise ValueError(f"ld cache writer {decision.ld_writer!r}")
+    final = plan
+    if decision.lib_dir is not None:
+        final = plan.with_lib_dir(decision.lib_dir, decision.lib_dir32)
+    return final.replace(
+        devices=[d.replace(strategy=decision.node_strategy) for d in final.devices],
+        file_label=decision.file_label,
+        ldconfig=decision.ld_writer is not None,
+        ld_writer=decision.ld_writer,
+    )
 
 
 def executor_view(plan: Plan) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ocihook.kinds import KINDS
 from ocihook.plan import FLAGS_LEGEND, Plan
 
 WIDTH = 100
@@ -62,7 +63,7 @@ def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
         lines.append(_field("ld.so.cache", plan.ld_cache))
     note = f" ({_PLACEHOLDER_NOTE})" if plan.placeholder else ""
     lines.append(_field("library dir", plan.lib_dir + note))
-    if any(m.kind == "library32" for m in plan.mounts):
+    if any(KINDS[m.kind].lib_dir == "lib_dir32" for m in plan.mounts):
         lines.append(_field("32-bit dir", plan.lib_dir32 + (" (placeholder)" if note else "")))
     lines.extend(f"warning: {w}" for w in plan.warnings)
     return lines
@@ -73,20 +74,20 @@ def _mounts(plan: Plan) -> list[str]:
         f"mounts ({len(plan.mounts)}; container dir <- dir inside the source root):",
         f"  ({FLAGS_LEGEND})",
     ]
-    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for m in plan.mounts:
         source_dir, source_name = os.path.split(m.source)
         target_dir, target_name = os.path.split(m.target)
         name = target_name if source_name == target_name else f"{target_name} <- {source_name}"
         if m.writable:
             name += "  [rw]"
-        groups.setdefault((source_dir, target_dir), []).append((m.kind, name, m.target))
+        groups.setdefault((source_dir, target_dir), []).append((KINDS[m.kind].shown, name))
     for (source_dir, target_dir), items in groups.items():
         if source_dir == target_dir:
             lines.append(f"  {source_dir}/")
         else:
             lines.append(f"  {target_dir}/  <-  {source_dir}/")
-        lines.extend(f"    {kind:<10}{name}" for kind, name, _ in items)
+        lines.extend(f"    {shown:<10}{name}" for shown, name in items)
     return lines
 
 

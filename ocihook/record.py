@@ -13,7 +13,20 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
     exited_at    epoch seconds of the poststop (status "exited")
     orphaned_at  epoch seconds when the orphan was found (status "orphaned"; the container
                  ended at some time before it)
-    ...          what was injected: mounts, links, devices, cgroup, labels (see inject.py)
+    bundle, rootfs, profile, request, source_root, device_root, driver_version,
+    capabilities, mount_label, process_label, file_label
+                 the container's and the finalized plan's (file_label: what the hook's own
+                 files are labelled; null: labels untouched)
+    mounts       [{source (host path), target, kind, dev, ino, label (of the source, read
+                 from the fd that was mounted; null: not read)}]
+    links        [{target, points_to}]
+    devices      [{path, host_path, type, major, minor, index, label}]
+    cgroup       [{cgroup ("v1"/"v2"), path, action, rule ("c 10:237 rw")}]: the edits made
+    ld_dirs, ld_cache  the dirs the container's ld cache was updated for, and how
+                 ("native", "ldconfig"; null and [] when it was not)
+
+`injection_record` builds it; `ocihook/audit/records.py` reads it back
+(tests/test_record_schema.py: the round trip).
 
 Lifetime: records stay after the container exits, so that a denial of a container that
 failed can still be tied to it. Each prestart that injects sweeps the state dir cheaply:
@@ -96,6 +109,56 @@ def new_record(container_id: str, pid: int | None, fields: dict) -> dict:
         "pid_start": process_start(pid) if pid else None,
         **fields,
     }
+
+
+def injection_record(container, plan, sources: list, labels: list, edits: list, ld_cache) -> dict:
+    """The record of one injection: the container (state.Container), its finalized plan,
+    the sources mounted (apply.SourceTree, in plan order) with their `labels`, the device
+    cgroup edits made (cgroups.DeviceEdit) and how the ld cache was updated (or None)."""
+    return new_record(
+        container.id,
+        container.pid,
+        {
+            "bundle": container.bundle,
+            "rootfs": container.rootfs,
+            "profile": plan.profile,
+            "request": plan.request,
+            "source_root": plan.source_root,
+            "device_root": plan.device_root,
+            "driver_version": plan.driver_version,
+            "capabilities": plan.capabilities,
+            "mount_label": container.mount_label,
+            "process_label": container.process_label,
+            "file_label": plan.file_label,
+            "mounts": [
+                {
+                    "source": s.mount.host_path,
+                    "target": s.mount.target,
+                    "kind": s.mount.kind,
+                    "dev": s.dev,
+                    "ino": s.ino,
+                    "label": label,
+                }
+                for s, label in zip(sources, labels)
+            ],
+            "links": [{"target": link.target, "points_to": link.points_to} for link in plan.links],
+            "devices": [
+                {
+                    "path": d.path,
+                    "host_path": d.host_path,
+                    "type": d.type,
+                    "major": d.major,
+                    "minor": d.minor,
+                    "index": d.index,
+                    "label": plan.file_label,
+                }
+                for d in plan.devices
+            ],
+            "cgroup": [edit.record() for edit in edits],
+            "ld_dirs": plan.ld_dirs if ld_cache else [],
+            "ld_cache": ld_cache,
+        },
+    )
 
 
 def write_record(state_dir_fd: int, state_dir: str, container_id: str, body: dict) -> None:

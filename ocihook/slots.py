@@ -49,6 +49,18 @@ class Struct:
         fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
         return f"{type(self).__name__}({fields})"
 
+    def replace(self, **changes: object) -> Struct:
+        """A copy with the fields in `changes` set to new values (the others shared)."""
+        names = self.__slots__
+        copy = object.__new__(type(self))
+        for name in names:
+            object.__setattr__(
+                copy, name, changes.pop(name) if name in changes else getattr(self, name)
+            )
+        if changes:
+            raise TypeError(f"{type(self).__name__}: no field {next(iter(changes))!r}")
+        return copy
+
     def to_dict(self) -> dict:
         """Fields as plain JSON-able data (nested Structs, lists and tuples too)."""
         return {name: _plain(getattr(self, name)) for name in self.__slots__}

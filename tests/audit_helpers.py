@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
+
+from tests.support.golden import golden_json
 
 DATA = Path(__file__).parent / "data" / "avc"
 GOLDEN = Path(__file__).parent / "golden" / "audit"
 # 2026-01-01T00:00:00Z: syslog lines (no year) resolve to the latest past year.
 NOW = 1767225600.0
-UPDATE = os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1"
 
 
 def utc(monkeypatch) -> None:
@@ -26,12 +26,6 @@ def as_data(value) -> object:
 
 
 def check_golden(name: str, value: object) -> None:
-    """Compare with tests/golden/audit/NAME.json; OCIHOOK_UPDATE_GOLDEN=1 rewrites it."""
+    """Compare with tests/golden/audit/NAME.json (tests/support/golden.py)."""
     path = GOLDEN / f"{name}.json"
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    if UPDATE or not path.exists():
-        GOLDEN.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if not UPDATE:
-            raise AssertionError(f"wrote missing golden {path}: review and commit it")
-    assert json.loads(path.read_text(encoding="utf-8")) == value, f"differs from {path}"
+    assert golden_json(path, value) == value, f"differs from {path}"

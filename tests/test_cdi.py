@@ -21,15 +21,17 @@ import yaml
 
 from ocihook.cdi import spec as cdispec
 from ocihook.config import compile_config
-from ocihook.discover import Roots
+from ocihook.discover import build_plan
 from ocihook.errors import OcihookError
-from ocihook.inject import plan_for
 from ocihook.request import parse_request
+from ocihook.roots import Roots
 from tests.conftest import base_config
 from tests.support import hostile, podman, synthetic
+from tests.support.golden import golden_json
 
 OCIHOOK = str(Path(sys.executable).with_name("ocihook"))
 RUNTIME_SPEC_DIR = Path("/var/run/cdi")
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def ocihook(*args: str, stdin: bytes | None = None, env: dict | None = None):
@@ -87,7 +89,7 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     spec = generate(cdi_config, "--hook-path", OCIHOOK)
     config, _ = compile_config(str(cdi_config))
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = plan_for(config, roots, parse_request("all", "test"))
+        plan = build_plan(config, roots, parse_request("all", "test"))
     assert spec["kind"] == "ocihook.io/synthetic"
     assert spec["cdiVersion"] == "0.5.0"
     assert [d["name"] for d in spec["devices"]] == ["0", "1", "2", "all"]
@@ -103,7 +105,7 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     edits = spec["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/synthctl", "/dev/synth-uvm"]
     assert {m["hostPath"] for m in edits["mounts"]} == {m.host_path for m in plan.mounts}
-    for mount in edits["mounts"]:
+    for mount in edits["mounts"]:  # the synthetic profile mounts nothing writable
         assert mount["options"][:4] == ["ro", "nosuid", "nodev", "bind"]
         executable = "/usr/bin/" in mount["containerPath"] or ".so." in mount["containerPath"]
         assert ("noexec" in mount["options"]) == (not executable), mount
@@ -118,6 +120,56 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
         "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--folder", "/usr/lib/x86_64-linux-gnu",
     ]  # fmt: skip
     cdispec.validate(spec)
+
+
+def _spec_for_golden(config: Path, source_root: Path) -> dict:
+    """The spec, validated, with the source root's path as `<source>`."""
+    spec = generate(config, "--hook-path", "/usr/bin/ocihook")
+    cdispec.validate(spec)
+    return json.loads(json.dumps(spec).replace(str(source_root), "<source>"))
+
+
+def test_synthetic_spec_matches_golden(cdi_config, synth_root):
+    """The spec is the finalized plan written down (tests/golden/cdi-synthetic.json). The
+    synthetic nodes are this machine's own char devices, whose numbers differ by kernel:
+    each node's numbers are checked against its host node, then left out of the golden."""
+    spec = _spec_for_golden(cdi_config, synth_root)
+    for edits in [spec["containerEdits"]] + [d["containerEdits"] for d in spec["devices"]]:
+        for node in edits.get("deviceNodes", []):
+            rdev = os.stat(node["hostPath"].replace("<source>", str(synth_root))).st_rdev
+            assert (node.pop("major"), node.pop("minor")) == (os.major(rdev), os.minor(rdev))
+    assert spec == golden_json(GOLDEN / "cdi-synthetic.json", spec)
+
+
+@pytest.mark.root
+def test_nvidia_spec_matches_golden_with_the_mps_dir_writable(tmp_path):
+    """The NVIDIA profile on a tree laid out like a real install (tests/test_plan.py), with
+    an MPS daemon's pipe dir: the plan mounts it read-write (a `files` entry with
+    `writable: true`), and so does the spec (tests/golden/cdi-nvidia.json). Its label must
+    be container_file_t:s0 for containers to write it, which the hook checks and CDI cannot
+    (docs/cdi.md)."""
+    from tests.test_plan import nvidia_tree
+
+    root = nvidia_tree(tmp_path / "driver")
+    (root / "tmp/nvidia-mps").mkdir(parents=True)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(synthetic.config(root, profile="nvidia")))
+    spec = _spec_for_golden(config, root)
+    mounts = {m["containerPath"]: m["options"] for m in spec["containerEdits"]["mounts"]}
+    assert mounts["/tmp/nvidia-mps"] == ["rw", "nosuid", "nodev", "bind", "noexec"]
+    plan = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "ocihook.cli", "plan", "--json", "--config", str(config)]
+            + ["--lib-dir", "/usr/lib/x86_64-linux-gnu"],  # the source layout: the spec's
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    flags = {m["target"]: m["flags"] for m in plan["mounts"]}
+    assert set(flags) == set(mounts)
+    for target, options in mounts.items():  # the plan's flags, "bind" among them
+        assert [o for o in options if o != "bind"] == flags[target], target
+    assert spec == golden_json(GOLDEN / "cdi-nvidia.json", spec)
 
 
 def test_lib_dir_option_moves_libraries_and_links(cdi_config):

@@ -15,6 +15,7 @@ import errno
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,6 @@ from ocihook.cgroups import (
     expand_slice,
     expected_cgroup_path,
     find_container_cgroup,
-    parse_rule,
     plan_device_edits,
     revert_device_edits,
 )
@@ -44,7 +44,7 @@ RW, RO = os.O_RDWR, os.O_RDONLY
 ACCEL_RW = DeviceRule("c", ACCEL.major, ACCEL.minor, "rw")
 ACCEL_R = DeviceRule("c", ACCEL.major, ACCEL.minor, "r")
 # runc-like default-deny program: /dev/null rwm, /dev/zero rw.
-RUNTIME_RULES = [(("c", 1, 3, "rwm"), True), (("c", 1, 5, "rw"), True)]
+RUNTIME_RULES = [(DeviceRule("c", 1, 3, "rwm"), True), (DeviceRule("c", 1, 5, "rw"), True)]
 
 
 # ---------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_v2_allow_rw(v2_runtime):
     target = CgroupTarget("v2", v2_runtime)
     edits = allow_devices(target, [ACCEL_RW])
     assert edits == plan_device_edits(target, [ACCEL_RW])
-    assert edits == [
+    assert [e.record() for e in edits] == [
         {
             "cgroup": "v2",
             "path": v2_runtime,
@@ -289,7 +289,7 @@ def test_v2_no_program_attached_is_an_error(v2_cgroup):
 @pytest.mark.root
 def test_v2_every_attached_program_is_extended(v2_runtime):
     # systemd and runc may both attach one; access needs every program to allow.
-    attach_program(v2_runtime, bpf.device_filter([(("c", 1, 3, "rwm"), True)]))
+    attach_program(v2_runtime, bpf.device_filter([(DeviceRule("c", 1, 3, "rwm"), True)]))
     assert probe(v2_runtime, ("/dev/null", RW), ("/dev/zero", RW)) == [0, "EPERM"]
     allow_devices(CgroupTarget("v2", v2_runtime), [ACCEL_RW])
     assert probe(v2_runtime, (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/zero", RW)) == [
@@ -299,7 +299,7 @@ def test_v2_every_attached_program_is_extended(v2_runtime):
     ]
     _, progs = attached(v2_runtime)
     assert len(progs) == 2
-    assert all(d.rules[0] == (ACCEL_RW.as_tuple(), True) for _, d in progs)
+    assert all(d.rules[0] == (ACCEL_RW, True) for _, d in progs)
 
 
 @pytest.mark.root
@@ -337,7 +337,7 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
 
     cfd = os.open(v2_runtime, os.O_RDONLY | os.O_DIRECTORY)
     stale = bpf.prog_load(bpf.device_filter(RUNTIME_RULES))
-    new = bpf.prog_load(bpf.device_filter([(ACCEL_RW.as_tuple(), True)]))
+    new = bpf.prog_load(bpf.device_filter([(ACCEL_RW, True)]))
     try:
         _, before = attached(v2_runtime)
         with pytest.raises(bpf.BpfError) as exc:
@@ -366,7 +366,7 @@ def test_v1_allow_rw(v1_cgroup):
     assert probe(v1_cgroup, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
     edits = allow_devices(target, [ACCEL_RW])
     assert edits == plan_device_edits(target, [ACCEL_RW])
-    assert edits == [
+    assert [e.record() for e in edits] == [
         {"cgroup": "v1", "path": v1_cgroup, "action": "devices.allow", "rule": ACCEL.rule("rw")}
     ]
     assert probe(v1_cgroup, (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/null", RW)) == [
@@ -573,7 +573,6 @@ def test_expand_slice_like_systemd():
 
 
 def test_rules_are_checked():
-    assert parse_rule("c 10:* rw") == DeviceRule("c", 10, -1, "rw")
     target = CgroupTarget("v1", "/nonexistent")
     for bad, msg in [
         (DeviceRule("a", 1, 3, "rw"), "device type 'a' is not 'c' or 'b'"),
@@ -587,10 +586,9 @@ def test_rules_are_checked():
         with pytest.raises(OcihookError) as exc:
             plan_device_edits(target, [bad])
         assert str(exc.value) == f"device rule {bad.type} {bad.major}:{bad.minor}: {msg}"
-    with pytest.raises(OcihookError):
-        parse_rule("c 10 rw")
     rules = [ACCEL_RW, ACCEL_RW, ACCEL_R]
-    assert [e["rule"] for e in plan_device_edits(target, rules)] == [
+    assert [e.rule for e in plan_device_edits(target, rules)] == [ACCEL_RW, ACCEL_R]
+    assert [e.record()["rule"] for e in plan_device_edits(target, rules)] == [
         ACCEL.rule("rw"),
         ACCEL.rule("r"),
     ]
@@ -601,3 +599,31 @@ def test_v1_describe(v1_cgroup):
     target = CgroupTarget("v1", v1_cgroup)
     allow_devices(target, [ACCEL_RW])
     assert describe_device_access(target) == [{"devices.list": ["c 1:3 rwm", ACCEL.rule("rw")]}]
+
+
+def test_device_edits_match_golden():
+    """The edits for a plan's rules, typed from the plan to the kernel, as the v1 writer
+    writes them (the record's text form) and as the BPF assembler prefixes the v2 program
+    (its instructions, encoded): tests/golden/cgroup-edits.json. The NVIDIA node numbers of
+    tests/support/hosts.py, a duplicate (dropped) and a wildcard rule."""
+    from tests.support import hosts
+    from tests.support.golden import golden_json
+
+    rules = [DeviceRule("c", major, minor, "rw") for major, minor in hosts.NODES.values()]
+    rules += [rules[0], DeviceRule("b", 8, -1, "r")]
+    edits = {
+        version: [e.record() for e in plan_device_edits(CgroupTarget(version, "/cg"), rules)]
+        for version in ("v1", "v2")
+    }
+    typed = [e.rule for e in plan_device_edits(CgroupTarget("v2", "/cg"), rules)]
+    assert typed == rules[:-2] + rules[-1:]  # the plan's own rules, as they are
+    prefix = bpf.allow_prefix(typed)
+    value = {
+        "edits": edits,
+        "v1_lines": [e["rule"] for e in edits["v1"]],
+        "v2_prefix": [list(insn) for insn in prefix],
+        "v2_prefix_hex": bpf.encode(prefix).hex(),
+    }
+    assert value == golden_json(Path(__file__).parent / "golden/cgroup-edits.json", value)
+    decoded = device_programs.decode_device_filter(prefix + bpf.device_filter([]))
+    assert [rule for rule, _ in decoded.rules] == typed

@@ -7,11 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ocihook import bpf, devrules
+from ocihook.devrules import DeviceRule
 from tests.support.device_programs import Decoded, decode_device_filter
 
 rules_st = st.lists(
     st.tuples(
-        st.tuples(
+        st.builds(
+            DeviceRule,
             st.sampled_from("cb"),
             st.one_of(st.just(-1), st.integers(0, devrules.MAX_MAJOR)),
             st.one_of(st.just(-1), st.integers(0, devrules.MAX_MINOR)),
@@ -39,13 +41,15 @@ def test_prefix_then_runtime_program(ours, runtime):
 
 def test_prefix_keeps_the_context_register():
     # The runtime's program that follows reads the context from R1 again.
-    for code, dst, *_ in bpf.allow_prefix([("c", 10, 237, "r"), ("b", -1, -1, "rwm")]):
+    for code, dst, *_ in bpf.allow_prefix(
+        [DeviceRule("c", 10, 237, "r"), DeviceRule("b", -1, -1, "rwm")]
+    ):
         if code not in bpf._JUMPS and code != bpf.JMP_EXIT:
             assert dst != bpf.R1
 
 
 def test_block_layout():
-    assert bpf.rule_block(("c", 10, 237, "rw")) == [
+    assert bpf.rule_block(DeviceRule("c", 10, 237, "rw")) == [
         (bpf.JMP_JNE_K, 2, 0, 7, 2),  # type != char -> next block (insn 8)
         (bpf.ALU32_MOV_X, 0, 3, 0, 0),  # r0 = access
         (bpf.ALU32_AND_K, 0, 0, 0, 6),  # r0 &= READ|WRITE
@@ -70,12 +74,12 @@ def test_decoder_understands_runc_blocks():
         (bpf.ALU32_MOV_K, 0, 0, 0, 0),
         (bpf.JMP_EXIT, 0, 0, 0, 0),
     ]
-    assert decode_device_filter(runc) == Decoded(((("c", 1, -1, "rw"), True),), False, 0)
+    assert decode_device_filter(runc) == Decoded(((DeviceRule("c", 1, -1, "rw"), True),), False, 0)
 
 
 def test_decoder_stops_at_unknown_code():
-    insns = bpf.allow_prefix([("c", 1, 3, "r")]) + [(bpf.JMP_CALL, 0, 0, 0, 15)] * 3
-    assert decode_device_filter(insns) == Decoded(((("c", 1, 3, "r"), True),), None, 3)
+    insns = bpf.allow_prefix([DeviceRule("c", 1, 3, "r")]) + [(bpf.JMP_CALL, 0, 0, 0, 15)] * 3
+    assert decode_device_filter(insns) == Decoded(((DeviceRule("c", 1, 3, "r"), True),), None, 3)
     assert decode_device_filter([(bpf.JMP_EXIT, 0, 0, 0, 0)]).undecoded == 1
 
 
@@ -91,8 +95,9 @@ def test_reloadable_problem():
     assert bpf.reloadable_problem(ok[:-1]) == "the last instruction is not exit or ja"
 
 
-def test_format_rule():
-    assert bpf.format_rule(("b", 8, -1, "rwm")) == "b 8:* rwm"
+def test_rule_text_form():
+    assert DeviceRule("b", 8, -1, "rwm").line() == "b 8:* rwm"
+    assert DeviceRule("c", -1, 3, "r").line() == "c *:3 r"
 
 
 @pytest.mark.root

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from tests.support import fake_hosts, synthetic
-from tests.support.plans import golden_text, run_plan
+from tests.support.golden import golden_text
+from tests.support.plans import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden"

@@ -127,36 +127,47 @@ def test_kernel_version_selects_files_and_refuses_a_mismatch(hook_setup, image_b
     ) in refused.stderr
 
 
+@pytest.mark.root
 def test_writable_directory_needs_a_label_containers_can_write(tmp_path):
-    """Real security.selinux xattrs (no SELinux LSM here: the labels are set and read back)."""
+    """Real security.selinux xattrs (no SELinux LSM here: the labels are set and read back),
+    read from the fd that is mounted: the host path is swapped for a differently labelled
+    directory after the source was opened, and the check still sees the opened one."""
+    from ocihook.apply import SourceTree
     from ocihook.inject import check_source_labels
-    from ocihook.plan import Mount, Plan
+    from ocihook.plan import Mount
     from ocihook.record import Log
 
     mps = tmp_path / "mps"
     mps.mkdir()
-    plan = Plan(
-        profile="p",
-        source_root=str(tmp_path),
-        device_root="/",
-        request="0",
-        lib_dir="/usr/lib64",
-        mounts=[Mount("/mps", str(mps), "/tmp/nvidia-mps", "directory", True)],
-    )
+    mount = Mount("/mps", str(mps), "/tmp/nvidia-mps", "directory", True)
     config = {"selinux": {"source_check": "error"}, "source_root": str(tmp_path)}
     log = Log("none", False)
     os.setxattr(mps, "security.selinux", b"system_u:object_r:container_ro_file_t:s0\0")
-    with pytest.raises(OcihookError) as error:
-        check_source_labels(plan, config, log)
-    assert str(error.value) == (
-        f"{mps} is mounted read-write but labelled system_u:object_r:container_ro_file_t:s0, "
-        f"which containers cannot write; run: chcon -R -t container_file_t -l s0 {mps} (and "
-        "make it persistent with semanage fcontext)"
-    )
-    os.setxattr(mps, "security.selinux", b"system_u:object_r:container_file_t:s0\0")
-    assert check_source_labels(plan, config, log) == {
-        str(mps): "system_u:object_r:container_file_t:s0"
-    }
+    fd = os.open(mps, os.O_PATH | os.O_DIRECTORY)
+    try:
+        st = os.fstat(fd)
+        sources = [SourceTree(mount, fd, st.st_dev, st.st_ino)]
+        with pytest.raises(OcihookError) as error:
+            check_source_labels(sources, config, log)
+        assert str(error.value) == (
+            f"{mps} is mounted read-write but labelled system_u:object_r:container_ro_file_t:s0, "
+            f"which containers cannot write; run: chcon -R -t container_file_t -l s0 {mps} (and "
+            "make it persistent with semanage fcontext)"
+        )
+        os.setxattr(mps, "security.selinux", b"system_u:object_r:container_file_t:s0\0")
+        assert check_source_labels(sources, config, log) == [
+            "system_u:object_r:container_file_t:s0"
+        ]
+        # The host path now names another directory with a label no container may write:
+        # what is mounted is the opened one, and that is what is checked.
+        mps.rename(tmp_path / "mps.old")
+        mps.mkdir()
+        os.setxattr(mps, "security.selinux", b"system_u:object_r:etc_t:s0\0")
+        assert check_source_labels(sources, config, log) == [
+            "system_u:object_r:container_file_t:s0"
+        ]
+    finally:
+        os.close(fd)
 
 
 def test_compat32_libraries_go_to_the_images_32_bit_dir(hook_setup, image_debian, tmp_path):

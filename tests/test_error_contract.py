@@ -6,6 +6,7 @@ original error over a rollback error, failed undo steps logged, no traceback, an
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -276,7 +277,8 @@ def test_original_error_wins_and_failed_undo_steps_are_logged(tmp_path):
     target = cgroups.CgroupTarget("v1", str(tmp_path / "no-such-cgroup"))
     from ocihook.inject import _undo_cgroup
 
-    edits = [{"cgroup": "v1", "path": target.path, "rule": "c 10:237 rw"}]
+    rule = cgroups.DeviceRule("c", 10, 237, "rw")
+    edits = [cgroups.DeviceEdit("v1", target.path, cgroups.V1_ACTION, rule)]
     _undo_cgroup(target, edits, log, "cid")  # logs, never raises
     line = log_path.read_text()
     assert f"error: cid: rollback: cgroup v1 {target.path}:" in line and "does not exist" in line
@@ -304,3 +306,18 @@ def test_check_warns_about_the_cache_dir(hook_setup, tmp_path, tamper, expected)
     )
     assert check.returncode == 0, check.stdout
     assert f"WARNING config cache dir {cache}: {expected}" in check.stdout
+
+
+def test_one_exit_line_for_the_hook_and_every_command():
+    """errors.exit_line: the rule ocihook.hook.main and ocihook.cli.main both apply."""
+    from ocihook.errors import OcihookError, exit_line
+
+    assert exit_line(OcihookError("config x: bad")) == (1, "ocihook: config x: bad")
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/etc/x")
+    assert exit_line(missing) == (1, "ocihook: /etc/x: does not exist")
+    bad_fd = OSError(errno.EBADF, "Bad file descriptor")
+    assert exit_line(bad_fd) == (
+        2,
+        "ocihook: internal error: OSError: [Errno 9] Bad file descriptor",
+    )
+    assert exit_line(KeyError("k")) == (2, "ocihook: internal error: KeyError: 'k'")

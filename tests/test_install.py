@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.support import podman
+from tests.support.overlay_root import namespace_script
 
 pytestmark = pytest.mark.root
 
@@ -118,22 +119,17 @@ def test_uninstall_removes_everything_it_installed(tmp_path):
     assert sorted(p for p in root.rglob("*") if not p.is_dir()) == []
 
 
-NAMESPACE_SCRIPT = r"""
-set -eu
-mount -t overlay ocihook-inst-usr -o "lowerdir=$PIPROOT/usr:$ROOT/usr:/usr" /usr
-mkdir "$SCRATCH/etc-upper" "$SCRATCH/etc-work"
-mount -t overlay ocihook-inst-etc \
-    -o "lowerdir=$ROOT/etc:/etc,upperdir=$SCRATCH/etc-upper,workdir=$SCRATCH/etc-work" /etc
-mount --bind "$CONFIG" /etc/ocihook/config.yaml
-mount -t tmpfs -o mode=0700 ocihook-inst-run /run/ocihook
-echo "module: $(/usr/bin/python3 -I -c 'import ocihook; print(ocihook.__file__)')"
-echo "command: $(ocihook --version)"
+NAMESPACE_SCRIPT = namespace_script(
+    "ocihook-inst",
+    "$PIPROOT/usr:$ROOT/usr",
+    """
 ocihook check --hooks-dir /usr/share/containers/oci/hooks.d | sed 's/^/check: /'
 "$@"
 ls -d /usr/lib/python3/dist-packages/ocihook-*.dist-info | sed 's/^/pip: /'
 git clone -q "$REPO" "$SCRATCH/clone"
 make -s -C "$SCRATCH/clone" rpm > "$SCRATCH/rpm.log" 2>&1 && echo "rpm: built"
-"""
+""",
+)
 
 
 def test_installed_tree_runs_on_this_host(staged, synth_root, image_rhel, tmp_path):

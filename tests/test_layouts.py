@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from tests.support import hosts, synthetic
-from tests.support.plans import golden_text, run_plan
+from tests.support.golden import golden_text
+from tests.support.plans import run_plan
 
 pytestmark = pytest.mark.root
 

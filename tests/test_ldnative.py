@@ -20,6 +20,8 @@ import pytest
 
 from ocihook import apply, ldcache, ldnative, ldsocache
 from ocihook.errors import OcihookError
+from ocihook.hostldconfig import open_ldconfig
+from ocihook.plan import Mount, Plan
 from tests.conftest import base_config
 from tests.support import hosts, images, sandbox, synthetic
 
@@ -68,14 +70,27 @@ def _entries(cache: Path) -> list[str]:
 
 
 def _update(root: Path, ld_dirs, targets, shared=frozenset(), settings=SETTINGS, label=None):
-    """ldcache.update on a plain directory as the rootfs; (how, debug lines)."""
+    """ldcache.update on a plain directory as the rootfs, for a plan whose libraries are
+    `targets` in `ld_dirs`, written the `settings` way; (how, debug lines)."""
     lines: list[str] = []
+    mounts = [Mount(t, t, t, "library") for t in targets]
+    plan = Plan(
+        profile="t",
+        source_root="/",
+        device_root="/",
+        request="all",
+        lib_dir=ld_dirs[0] if ld_dirs else "/usr/lib64",
+        mounts=mounts,
+        ld_dirs=list(ld_dirs),
+        ldconfig=True,
+        ld_writer=settings["writer"],
+    )
     root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     writer = apply.ContainerWriter(root_fd, label, 0, 0, shared)
-    ldconfig_fd = ldcache.open_ldconfig("/sbin/ldconfig")
+    ldconfig_fd = open_ldconfig("/sbin/ldconfig")
     try:
         how = ldcache.update(
-            writer, ldconfig_fd, root_fd, str(root), ld_dirs, targets, settings, 0, 0, lines.append
+            writer, ldconfig_fd, root_fd, str(root), plan, settings["path"], 0, 0, lines.append
         )
     finally:
         writer.close()

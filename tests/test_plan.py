@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import hosts, synthetic
-from tests.support.plans import golden_text, run_plan
+from tests.support.golden import golden_text
+from tests.support.plans import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests/golden/plan-nvidia.json"

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 
-from ocihook import inject, record
+from ocihook import record
 from ocihook.apply import SourceTree
 from ocihook.audit.records import Injected, container_from_dict
-from ocihook.plan import DeviceNode, Link, Mount, Plan, finalize
+from ocihook.cgroups import DeviceEdit
+from ocihook.plan import DeviceNode, DeviceRule, Link, Mount, Plan, finalize
 from ocihook.state import Container
+from ocihook.target import Decision
 
 LABEL = "system_u:object_r:container_file_t:s0:c1,c2"
 
@@ -31,7 +33,7 @@ def _plan() -> Plan:
         links=[Link("/usr/lib64/libx.so", "libx.so.1")],
         devices=[node],
     )
-    return finalize(plan, None, None, "mknod", LABEL)
+    return finalize(plan, Decision(None, None, "mknod", LABEL, None, True, ()))
 
 
 def test_written_record_reads_back_in_the_audit():
@@ -47,8 +49,22 @@ def test_written_record_reads_back_in_the_audit():
         process_label="system_u:system_r:container_t:s0:c1,c2",
     )
     trees = [SourceTree(m, -1, 64768, 100 + i) for i, m in enumerate(plan.mounts)]
-    labels = {"/drv/usr/lib/libx.so.1": "system_u:object_r:container_ro_file_t:s0"}
-    body = inject._record(container, plan, trees, labels, LABEL, [], True)
+    labels = ["system_u:object_r:container_ro_file_t:s0", None]
+    edits = [
+        DeviceEdit(
+            "v1", "/sys/fs/cgroup/devices/x", "devices.allow", DeviceRule("c", 10, 237, "rw")
+        )
+    ]
+    body = record.injection_record(container, plan, trees, labels, edits, "native")
+    assert body["cgroup"] == [
+        {
+            "cgroup": "v1",
+            "path": "/sys/fs/cgroup/devices/x",
+            "action": "devices.allow",
+            "rule": "c 10:237 rw",
+        }
+    ]
+    assert (body["file_label"], body["ld_cache"]) == (LABEL, "native")
     assert body["version"] == record.RECORD_VERSION
     read = container_from_dict(json.loads(json.dumps(body)), "c1.json")
     assert (read.id, read.pid, read.rootfs, read.profile) == (
@@ -66,7 +82,7 @@ def test_written_record_reads_back_in_the_audit():
             "/drv/usr/lib/libx.so.1",
             64768,
             100,
-            labels["/drv/usr/lib/libx.so.1"],
+            labels[0],
         ),
         Injected("binary", "/usr/bin/x-smi", "/drv/usr/bin/x-smi", 64768, 101, None),
         Injected("link", "/usr/lib64/libx.so", "libx.so.1"),

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.support import podman, synthetic
+from tests.support.overlay_root import namespace_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -279,22 +280,8 @@ def test_installed_files(installed):
     )
 
 
-# Runs in a private mount namespace (the host's mounts never change): the scratch root's /usr
-# and /etc lie over the host's (overlays, scratch first; /usr read-only, /etc with a scratch
-# upper dir for podman's lock files), the test config replaces /etc/ocihook/config.yaml, and
-# a tmpfs on /run/ocihook takes the hook's config cache.
-NAMESPACE_SCRIPT = r"""
-set -eu
-mount -t overlay ocihook-rpm-usr -o "lowerdir=$ROOT/usr:/usr" /usr
-mkdir "$SCRATCH/etc-upper" "$SCRATCH/etc-work"
-mount -t overlay ocihook-rpm-etc \
-    -o "lowerdir=$ROOT/etc:/etc,upperdir=$SCRATCH/etc-upper,workdir=$SCRATCH/etc-work" /etc
-mount --bind "$CONFIG" /etc/ocihook/config.yaml
-mount -t tmpfs -o mode=0700 ocihook-rpm-run /run/ocihook
-echo "module: $(/usr/bin/python3 -I -c 'import ocihook; print(ocihook.__file__)')"
-echo "command: $(ocihook --version)"
-exec "$@"
-"""
+# Runs in a private mount namespace over the host's (tests/support/overlay_root.py).
+NAMESPACE_SCRIPT = namespace_script("ocihook-rpm", "$ROOT/usr")
 
 
 def test_installed_hook_injects_driver_into_podman_container(

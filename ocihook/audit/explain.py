@@ -8,6 +8,7 @@ from ocihook.audit import names
 from ocihook.audit.parse import Avc, Event
 from ocihook.audit.policy import Policy, Verdict
 from ocihook.audit.records import Match, categories, context_type
+from ocihook.kinds import audit_name
 
 # cause -> the heading the report shows
 CAUSES = {
@@ -220,7 +221,11 @@ def _from_labels(
     container = match.container
     host_path = (injected.source if injected else None) or finding.target
     source_root = (container.source_root if container else None) or host_path
-    what = f"{injected.kind} {injected.target}" if injected else finding.target or avc.tclass
+    what = (
+        f"{audit_name(injected.kind)} {injected.target}"
+        if injected
+        else finding.target or avc.tclass
+    )
     if avc.tclass in names.FILE_CLASSES | names.DEVICE_CLASSES and tcats and not tcats <= scats:
         finding.cause = "mcs-mismatch"
         foreign = ",".join(sorted(tcats - scats, key=_cat_key))

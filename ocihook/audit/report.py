@@ -7,6 +7,7 @@ from collections import OrderedDict
 
 from ocihook.audit.explain import CAUSES, Finding
 from ocihook.audit.parse import ParseResult
+from ocihook.kinds import audit_name
 
 UNRELATED = "not related to ocihook"
 SHOW_UNREADABLE = 5
@@ -212,7 +213,7 @@ def _lines(finding: Finding, count: int) -> list[str]:
     if injected is not None:
         from_ = f" from {injected.source}" if injected.source else ""
         lines.append(
-            f"      injected {injected.kind} {injected.target}{from_} "
+            f"      injected {audit_name(injected.kind)} {injected.target}{from_} "
             f"(matched by {', '.join(finding.match.by)})"
         )
     lines.append(f"      {finding.explanation}")

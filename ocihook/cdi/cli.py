@@ -79,19 +79,21 @@ def generate(
     """
     from ocihook.cdi import spec as cdispec
     from ocihook.config import compile_config
-    from ocihook.discover import Roots
-    from ocihook.inject import plan_for
+    from ocihook.discover import build_plan
+    from ocihook.plan import executor_view, finalize
     from ocihook.request import parse_request
+    from ocihook.roots import Roots
+    from ocihook.target import STATIC, Target, decide
 
     config, _ = compile_config(config_path)
     hook_path = hook_path or _default_hook_path()
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = plan_for(config, roots, parse_request("all", "cdi generate"))
-    plan = plan.with_lib_dir(_lib_dir(plan, lib_dir or config["container"]["lib_dir"]))
+        plan = build_plan(config, roots, parse_request("all", "cdi generate"))
+    plan = finalize(plan, decide(config, Target(STATIC, lib_dir=lib_dir), plan))
     kind = kind or cdispec.default_kind(config["profile"]["name"])
-    spec = cdispec.build_spec(plan, kind, hook_path, config["ldconfig"]["path"])
+    spec = cdispec.build_spec(executor_view(plan), kind, hook_path, config["ldconfig"]["path"])
     cdispec.validate(spec)
     if output != "-" and os.path.isdir(output):
         output = os.path.join(output, kind.replace("/", "_") + "." + (fmt or "yaml"))
@@ -110,21 +112,11 @@ def generate(
     click.echo(f"wrote {output} (cdiVersion {spec['cdiVersion']}): {names}", err=True)
 
 
-def _lib_dir(plan, lib_dir: str) -> str:
-    if lib_dir != "auto":
-        if not lib_dir.startswith("/"):
-            raise OcihookError(f"lib_dir {lib_dir}: must be an absolute path")
-        return lib_dir
-    for m in plan.mounts:
-        if m.kind == "library":
-            return os.path.dirname(m.source)
-    return plan.lib_dir
-
-
 @click.group("cdi-hook")
 def cdi_hook() -> None:
     """The createContainer hooks of a spec from `ocihook cdi generate` (the runtime runs
-    them, OCI state JSON on stdin). Paths are resolved in the rootfs by fd, as the hook does."""
+    them, OCI state JSON on stdin). Paths are resolved in the rootfs by fd, as the hook does;
+    failures follow the hook's error contract (ocihook.cli.main: errors.exit_line)."""
 
 
 @cdi_hook.command("create-symlinks")
@@ -141,7 +133,7 @@ def create_symlinks(links: tuple[str, ...]) -> None:
     from ocihook.cdi import hooks
 
     parsed = [hooks.parse_link(value) for value in links]
-    _as_hook(lambda: hooks.create_symlinks(hooks.read_container(), parsed))
+    hooks.create_symlinks(hooks.read_container(), parsed)
 
 
 @cdi_hook.command("update-ldcache")
@@ -163,16 +155,4 @@ def update_ldcache(folders: tuple[str, ...], ldconfig_path: str) -> None:
     """Update the container's ld cache for FOLDERs (glibc images; others are left alone)."""
     from ocihook.cdi import hooks
 
-    _as_hook(lambda: hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders)))
-
-
-def _as_hook(action) -> None:
-    """The hook's error contract: expected failures are one `ocihook: ...` line and exit 1
-    (OcihookError, through ocihook.cli.main), anything else one line and exit 2."""
-    try:
-        action()
-    except OcihookError:
-        raise
-    except Exception as error:
-        click.echo(f"ocihook: internal error: {type(error).__name__}: {error}", err=True)
-        sys.exit(2)
+    hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders))

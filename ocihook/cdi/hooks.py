@@ -17,9 +17,12 @@ import os
 import sys
 
 from ocihook import apply, ldcache, mountinfo
+from ocihook.config import DEFAULTS
 from ocihook.errors import OcihookError
-from ocihook.plan import Link
+from ocihook.hostldconfig import open_ldconfig
+from ocihook.plan import PLACEHOLDER_LIB_DIR, Link, Plan
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
+from ocihook.target import STATIC, Decision, Target, decide
 
 
 def read_container(stdin=None) -> Container:
@@ -97,19 +100,33 @@ class _Rootfs:
         os.close(self.fd)
 
 
-def _label(container: Container) -> str | None:
-    from ocihook.selinux.label import selinux_enabled
-
-    return container.mount_label if selinux_enabled() else None
+def _decision(container: Container, links: list[Link], folders: list[str]) -> Decision:
+    """What target.decide decides for the part of the spec's plan that a cdi-hook command
+    carries out (its links, its ld cache dirs) in this container: the label of what it
+    creates (the container's mount label under SELinux), whether the ld cache is updated
+    (the sandboxed ldconfig; left to the image's loader). cdi-hook takes no config: the
+    defaults' `selinux` and `ldconfig` sections."""
+    plan = Plan(
+        profile="cdi",
+        source_root="/",
+        device_root="/",
+        request="cdi-hook",
+        lib_dir=PLACEHOLDER_LIB_DIR,
+        links=links,
+        ld_dirs=folders,
+    )
+    target = Target(STATIC, container.userns, container.mount_label, None, True)
+    return decide(DEFAULTS, target, plan)
 
 
 def create_symlinks(container: Container, links: list[Link]) -> int:
     """Create each link in the rootfs; an existing identical link is fine. Returns how many
     were created or changed. All or nothing: a failure undoes what this call did."""
+    label = _decision(container, links, []).file_label
     rootfs = _Rootfs(container)
     try:
         uid, gid = rootfs.ids()
-        writer = apply.ContainerWriter(rootfs.fd, _label(container), uid, gid, rootfs.shared)
+        writer = apply.ContainerWriter(rootfs.fd, label, uid, gid, rootfs.shared)
         try:
             for link in links:
                 writer.link(link)
@@ -129,11 +146,12 @@ def update_ldcache(container: Container, ldconfig_path: str, folders: list[str])
     for folder in folders:
         if not folder.startswith("/") or "\0" in folder:
             raise OcihookError(f"--folder {folder!r}: must be an absolute path")
-    ldconfig_fd = ldcache.open_ldconfig(ldconfig_path)
+    decision = _decision(container, [], folders)
+    ldconfig_fd = open_ldconfig(ldconfig_path)
     try:
         rootfs = _Rootfs(container)
         try:
-            if not ldcache.is_glibc_image(rootfs.fd):
+            if decision.in_image(rootfs.fd).ld_writer is None:
                 return False
             uid, gid = rootfs.ids()
             ldcache.update_cache(ldconfig_fd, rootfs.fd, container.rootfs, folders, uid, gid)

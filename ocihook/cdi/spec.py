@@ -1,8 +1,12 @@
-"""Build a CDI spec (plain dict) from a Plan, choose its cdiVersion, validate and write it.
+"""Build a CDI spec (plain dict) from a finalized plan, choose its cdiVersion, validate and
+write it.
 
-The spec carries what CDI can express statically: one device per index plus `all`, the
-driver files as read-only bind mounts, the device nodes, and two createContainer hooks that
-run `ocihook cdi-hook` for the soname links and the ld cache (see ocihook/cdi/hooks.py).
+The spec is rendered from the plan's executor view (`plan.executor_view`, what `ocihook plan
+--json` prints), nothing decided again: one device per index plus `all`, the driver files as
+bind mounts with the plan's flags (read-only, but for a directory the profile mounts
+writable), the device nodes with the plan's modes and cgroup access, and two
+createContainer hooks that run `ocihook cdi-hook` for the soname links and the ld cache (see
+ocihook/cdi/hooks.py).
 """
 
 from __future__ import annotations
@@ -12,14 +16,12 @@ import os
 import re
 
 from ocihook.errors import OcihookError
-from ocihook.plan import Plan
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
 # container's environment (LD_PRELOAD from the image, CVE-2025-23266).
 HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"]
 HOOK_TIMEOUT = 30
-MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
 
 # (version, why) in ascending order: the first whose feature the spec uses sets the minimum.
 VERSION_FEATURES = (
@@ -49,37 +51,41 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def _mount(m) -> dict:
+def _mount(m: dict) -> dict:
+    """A plan mount as a CDI bind mount: the plan's flags, "bind" after the ones every
+    mount has (read-only or read-write, nosuid, nodev), then noexec where the plan has it."""
+    flags = m["flags"]
+    options = [f for f in flags if f != "noexec"] + ["bind"] + [f for f in flags if f == "noexec"]
     return {
-        "hostPath": m.host_path,
-        "containerPath": m.target,
-        "options": MOUNT_OPTIONS + (["noexec"] if m.noexec else []),
+        "hostPath": m["host_path"],
+        "containerPath": m["target"],
+        "options": options,
         "type": "bind",
     }
 
 
-def _node(d) -> dict:
+def _node(d: dict) -> dict:
     return {
-        "path": d.path,
-        "hostPath": d.host_path,
-        "type": d.type,
-        "major": d.major,
-        "minor": d.minor,
-        "fileMode": d.mode,
-        "permissions": d.access,
+        "path": d["path"],
+        "hostPath": d["host_path"],
+        "type": d["type"],
+        "major": d["major"],
+        "minor": d["minor"],
+        "fileMode": d["mode"],
+        "permissions": d["access"],
     }
 
 
-def _hooks(plan: Plan, hook_path: str, ldconfig_path: str) -> list[dict]:
+def _hooks(view: dict, hook_path: str, ldconfig_path: str) -> list[dict]:
     hooks = []
-    if plan.links:
+    if view["links"]:
         args = ["ocihook", "cdi-hook", "create-symlinks"]
-        for link in plan.links:
-            args += ["--link", f"{link.points_to}::{link.target}"]
+        for link in view["links"]:
+            args += ["--link", f"{link['points_to']}::{link['target']}"]
         hooks.append(_hook(hook_path, args))
-    if plan.ldconfig and plan.ld_dirs:
+    if view["ldconfig"] and view["ld_dirs"]:
         args = ["ocihook", "cdi-hook", "update-ldcache", "--ldconfig", ldconfig_path]
-        for folder in plan.ld_dirs:
+        for folder in view["ld_dirs"]:
             args += ["--folder", folder]
         hooks.append(_hook(hook_path, args))
     return hooks
@@ -95,26 +101,27 @@ def _hook(path: str, args: list[str]) -> dict:
     }
 
 
-def build_spec(plan: Plan, kind: str, hook_path: str, ldconfig_path: str) -> dict:
-    """The spec for a plan of every device (`plan.request` "all"): shared edits (mounts,
-    control nodes, hooks) at the top, one device per index with its nodes, and `all`."""
+def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str) -> dict:
+    """The spec for the executor view (`plan.executor_view`) of a finalized plan of every
+    device (request "all"): shared edits (mounts, control nodes, hooks) at the top, one
+    device per index with its nodes, and `all`."""
     by_index: dict[int, list[dict]] = {}
     control = []
-    for d in plan.devices:
-        if d.index is None:
+    for d in view["devices"]:
+        if d["index"] is None:
             control.append(_node(d))
         else:
-            by_index.setdefault(d.index, []).append(_node(d))
+            by_index.setdefault(d["index"], []).append(_node(d))
     devices = [
         {"name": str(index), "containerEdits": {"deviceNodes": nodes}}
         for index, nodes in sorted(by_index.items())
     ]
     every = [dict(node) for _, nodes in sorted(by_index.items()) for node in nodes]
     devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
-    edits: dict = {"mounts": [_mount(m) for m in plan.mounts]}
+    edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
-    hooks = _hooks(plan, hook_path, ldconfig_path)
+    hooks = _hooks(view, hook_path, ldconfig_path)
     if hooks:
         edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from ocihook import securepath
 from ocihook.errors import OcihookError, describe
+from ocihook.kinds import short_type
 from ocihook.selinux.label import (
     DEVICE_TYPE,
     SHARED_FILE_CONTEXT,
@@ -88,22 +89,6 @@ def refusal(path: str) -> str | None:
     return None
 
 
-def kind_of(mode: int) -> str:
-    """A short name for the file type in `mode`."""
-    for test, name in (
-        (stat.S_ISDIR, "dir"),
-        (stat.S_ISREG, "file"),
-        (stat.S_ISLNK, "link"),
-        (stat.S_ISCHR, "chr"),
-        (stat.S_ISBLK, "blk"),
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISSOCK, "sock"),
-    ):
-        if test(mode):
-            return name
-    return "other"
-
-
 def _read_label(dirfd: int, name: str) -> str | None:
     try:
         raw = os.getxattr(securepath.fd_path(dirfd, name), XATTR, follow_symlinks=False)
@@ -113,7 +98,7 @@ def _read_label(dirfd: int, name: str) -> str | None:
 
 
 def _entry(dirfd: int, name: str, path: str, st: os.stat_result, dev_ctx: str, in_dev: bool):
-    kind = kind_of(st.st_mode)
+    kind = short_type(st.st_mode)
     if kind == "chr":
         expected: str | None = dev_ctx
     else:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-from ocihook import bpf
 from ocihook.bpf import (
     ALU32_AND_K,
     ALU32_MOV_K,
@@ -27,7 +26,7 @@ from ocihook.bpf import (
 )
 from ocihook.cgroup_v2 import _close, _Prog, programs
 from ocihook.cgroups import CgroupTarget, _open_dir
-from ocihook.devrules import ACCESS_BITS, TYPE_CODES, Rule
+from ocihook.devrules import ACCESS_BITS, TYPE_CODES, DeviceRule
 from ocihook.errors import OcihookError
 from ocihook.slots import Struct
 
@@ -40,7 +39,7 @@ class Decoded(Struct):
 
     __slots__ = ("rules", "default_allow", "undecoded")
 
-    rules: tuple[tuple[Rule, bool], ...]
+    rules: tuple[tuple[DeviceRule, bool], ...]
     default_allow: bool | None
     undecoded: int  # instructions not understood (0 when the whole program was decoded)
 
@@ -58,7 +57,7 @@ def _match_prologue(insns: list[Insn], i: int) -> int:
     return 0
 
 
-def _match_block(insns: list[Insn], i: int) -> tuple[Rule, bool, int] | None:
+def _match_block(insns: list[Insn], i: int) -> tuple[DeviceRule, bool, int] | None:
     """Decode one rule block at i: (rule, allow, length) or None."""
     j, dtype, mask, major, minor, jumps = i, None, 7, -1, -1, []
     n = len(insns)
@@ -96,12 +95,12 @@ def _match_block(insns: list[Insn], i: int) -> tuple[Rule, bool, int] | None:
     if any(k + 1 + insns[k][3] != end for k in jumps):
         return None
     access = "".join(ch for ch in "rwm" if mask & ACCESS_BITS[ch])
-    return (dtype, major, minor, access), bool(insns[j][4]), end - i
+    return DeviceRule(dtype, major, minor, access), bool(insns[j][4]), end - i
 
 
 def decode_device_filter(insns: list[Insn]) -> Decoded:
     """Decode a device program built like ours or runc's (prefixes included)."""
-    rules: list[tuple[Rule, bool]] = []
+    rules: list[tuple[DeviceRule, bool]] = []
     i, n, seen_prologue = 0, len(insns), False
     while i < n:
         p = _match_prologue(insns, i)
@@ -155,7 +154,7 @@ def _describe(prog: _Prog) -> dict:
     return {
         "id": prog.id,
         "name": prog.info.name,
-        "rules": [("allow " if a else "deny ") + bpf.format_rule(r) for r, a in dec.rules],
+        "rules": [("allow " if a else "deny ") + r.line() for r, a in dec.rules],
         "default": default,
         "undecoded": dec.undecoded,
     }

@@ -1,8 +1,7 @@
-"""`ocihook plan` run as a user runs it, and the golden files its output is compared with."""
+"""`ocihook plan` run as a user runs it (its golden files: tests/support/golden.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +17,3 @@ def run_plan(config: Path, *args: str) -> subprocess.CompletedProcess:
         text=True,
         cwd=REPO,
     )
-
-
-def golden_text(golden: Path, text: str) -> str:
-    """The golden file's content to compare `text` with; OCIHOOK_UPDATE_GOLDEN=1 rewrites
-    it with `text` first (review the diff)."""
-    if os.environ.get("OCIHOOK_UPDATE_GOLDEN") == "1":
-        golden.write_text(text)
-    return golden.read_text()
