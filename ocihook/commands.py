@@ -126,7 +126,7 @@ def plan(
     if capabilities is not None:
         request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
     with Roots(config["source_root"], config["device_root"]) as roots:
-        result = build_plan(config, roots, request)
+        result = build_plan(config, roots, request, "plan")
     decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)
     if decision.probe:
         root_fd = securepath.open_dir(os.path.abspath(rootfs))
@@ -220,7 +220,12 @@ def _check_devices(config: dict, device_list: list, ok, bad) -> None:
         name = config["profile"]["name"]
         bad(f"device root {config['device_root']}: no device of profile {name} ({where})")
     for d in device_list:
-        ok(f"device {d.index}: {d.address or '-'} {d.driver or '-'} {' '.join(d.nodes)}")
+        if hasattr(d, "gi"):  # a MIG device (nvidia.MigDevice)
+            ok(f"MIG device {d.name}: {d.uuid or '-'} GI {d.gi} CI {d.ci} {' '.join(d.nodes)}")
+        else:
+            uuid = f" {d.uuid}" if d.uuid else ""
+            where = f"{d.address or '-'} {d.driver or '-'}{uuid}"
+            ok(f"device {d.index}: {where} {' '.join(d.nodes)}")
 
 
 def _is_empty(config_path: str) -> bool:
@@ -259,7 +264,7 @@ def _check_driver(config: dict, ok, bad, warn) -> None:
 
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
-            result = build_plan(config, roots, parse_request("all", "check"))
+            result = build_plan(config, roots, parse_request("all", "check"), "plan")
         version = (
             f"driver {result.driver_version} (from {result.version_source})"
             if result.driver_version
@@ -272,7 +277,7 @@ def _check_driver(config: dict, ok, bad, warn) -> None:
         )
         for warning in result.warnings:
             warn(warning)
-        _check_devices(config, result.device_list, ok, bad)
+        _check_devices(config, result.device_list + result.mig_devices, ok, bad)
         _check_version(config["profile"], result.driver_version, bad)
     except OcihookError as error:
         bad(str(error))

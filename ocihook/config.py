@@ -29,8 +29,8 @@ from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 4  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
-# 4: ldconfig.writer
+CACHE_FORMAT = 5  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+# 4: ldconfig.writer; 5: devices.nvidia, devices.cdi_kind
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -84,7 +84,15 @@ PROFILE_DEFAULTS: dict = {
     "files": [],
     "capabilities": {},
     "default_capabilities": [],
-    "devices": {"node": None, "nodes": [], "sysfs": None, "control": [], "access": "rw"},
+    "devices": {
+        "node": None,
+        "nodes": [],
+        "sysfs": None,
+        "control": [],
+        "access": "rw",
+        "cdi_kind": None,
+        "nvidia": None,
+    },
 }
 
 
@@ -382,7 +390,15 @@ def _compile_allow(allow: list[dict], trusted: list[str], path: str) -> None:
     must match one of the trusted annotations, the only ones the allow-list reads."""
     import re
 
+    from ocihook.devnames import parse_name
+
     for number, entry in enumerate(allow):
+        for item in entry["devices"] if isinstance(entry["devices"], list) else ():
+            if isinstance(item, str) and parse_name(item) is None:
+                raise OcihookError(
+                    f"config {path}: request.allow.{number}.devices: {item!r:.60} is no device "
+                    "name (an index, PCI address, node name, GPU-/MIG- UUID or MIG device 0:1)"
+                )
         where = f"config {path}: request.allow.{number}.annotations"
         for key_re, value_re in (entry.get("annotations") or {}).items():
             for pattern in (key_re, value_re):

@@ -23,20 +23,40 @@ import stat
 from ocihook import securepath
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode
+from ocihook.request import DeviceRequest, Selection, name_kind, select_devices
 from ocihook.roots import Roots, host_path, in_root, resolve_final
 from ocihook.slots import Struct
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_NUMBER_DIGITS = 4
 
 
 class Device(Struct):
-    """One device: its index, its bus address (PCI, when sysfs says), driver and nodes."""
+    """One device: its index, its bus address (PCI, when sysfs or the driver's files say),
+    driver, nodes and UUID (NVIDIA's, when read)."""
 
-    __slots__ = ("index", "address", "driver", "nodes")
+    __slots__ = ("index", "address", "driver", "nodes", "uuid")
+    _defaults = {"uuid": None}
     index: int
-    address: str | None  # "0000:c1:00.0"; None when the profile has no sysfs section
+    address: str | None  # "0000:c1:00.0"; None when neither sysfs nor the driver says
     driver: str | None  # the kernel driver bound to it ("amdgpu"), None if unknown
     nodes: list[str]  # in-root paths of its nodes under the device root
+    uuid: str | None  # "GPU-8d2f...": NVIDIA's (devices.nvidia), None if not read or none
+
+
+class Chosen(Struct):
+    """What a request selects on this host: the devices found (index -> Device), the whole
+    devices and MIG devices selected, every MIG device known (for `ocihook plan` and the
+    CDI spec: read only when asked for), and warnings for people."""
+
+    __slots__ = ("available", "selection", "mig_devices", "warnings")
+    available: dict
+    selection: Selection
+    mig_devices: list
+    warnings: list[str]
 
 
 def _number(name: str, prefix: str, suffix: str) -> str | None:
@@ -70,14 +90,86 @@ def node_patterns(spec: dict) -> list[str]:
     return patterns
 
 
-def available_devices(roots: Roots, spec: dict) -> dict[int, Device]:
-    """index -> Device for every device of the profile's kind present under the device root."""
+def available_devices(roots: Roots, spec: dict, identify: bool = False) -> dict[int, Device]:
+    """index -> Device for every device of the profile's kind present under the device root;
+    with `identify`, NVIDIA devices (devices.nvidia) get their PCI address and UUID from the
+    driver's files (read only then: requests by index or node name never pay for them)."""
     patterns = node_patterns(spec)
     if not patterns:
         return {}
     if spec.get("sysfs"):
         return _sysfs_devices(roots, spec["sysfs"], patterns)
-    return _indexed_devices(roots, patterns)
+    found = _indexed_devices(roots, patterns)
+    if identify and spec.get("nvidia") is not None:
+        from ocihook import nvidia
+
+        for minor, info in nvidia.read_gpus(roots, nvidia.settings(spec)).items():
+            device = found.get(minor)
+            if device is not None:
+                device.address, device.driver, device.uuid = info.address, "nvidia", info.uuid
+    return found
+
+
+def choose(
+    roots: Roots,
+    spec: dict,
+    request: DeviceRequest,
+    nvml_dirs: Callable[[str], list[str]] | None = None,
+    version: str | None = None,
+    describe: str | None = None,
+) -> Chosen:
+    """The devices `request` selects. NVIDIA's names come from the driver's files and NVML
+    only when needed: a GPU UUID the files do not show, a MIG device (nvidia.Names). With
+    `describe` ("plan": best effort, what NVML could not tell is a warning; "strict": an
+    error), every device's address and UUID and every MIG device of the host are read too,
+    for the read-only commands (`ocihook plan`, `cdi generate`)."""
+    available = available_devices(roots, spec, bool(describe) or request.needs_identity)
+    warnings: list[str] = []
+    mig_devices: list = []
+    names = None
+    if spec.get("nvidia") is not None:
+        from ocihook import nvidia
+
+        names = nvidia.Names(roots, spec, nvml_dirs, version)
+        wanted = [n for n in request.names if name_kind(n) == "gpu-uuid"]
+        known = {d.uuid for d in available.values()}
+        unknown = [d for d in available.values() if d.uuid is None]
+        if unknown and (
+            any(n not in known for n in wanted) or (describe and _has_gpu_files(roots, spec))
+        ):
+            try:
+                names.fill_uuids(available)
+            except OcihookError as error:
+                if wanted and any(n not in known for n in wanted):
+                    missing = ", ".join(str(d.index) for d in unknown)
+                    raise OcihookError(
+                        f"{request.origin}: device {wanted[0]!r:.60}: the driver shows no UUID "
+                        f"of GPU {missing}, and {error}"
+                    ) from None
+                if describe == "strict":
+                    raise
+                warnings.append(f"GPU UUIDs not read: {error}")
+        if request.needs_mig or (
+            describe and nvidia.host_has_mig(roots, names.nvidia, sorted(available))
+        ):
+            try:
+                mig_devices = names.mig_devices(available)
+            except OcihookError as error:
+                if request.needs_mig:
+                    raise OcihookError(f"{request.origin}: MIG devices: {error}") from None
+                if describe == "strict":
+                    raise
+                warnings.append(f"MIG devices not listed: {error}")
+    selection = select_devices(request, available, mig_devices if request.needs_mig else None)
+    return Chosen(available, selection, mig_devices, warnings)
+
+
+def _has_gpu_files(roots: Roots, spec: dict) -> bool:
+    """Whether the driver lists GPUs at all (a tree without its proc files has no UUIDs to
+    miss)."""
+    from ocihook import nvidia
+
+    return bool(roots.listing(roots.device_fd, nvidia.settings(spec)["gpus"]).entries)
 
 
 def _indexed_devices(roots: Roots, patterns: list[str]) -> dict[int, Device]:
@@ -183,21 +275,33 @@ def device_node(roots: Roots, inner: str, index: int | None, access: str) -> Dev
 def plan_nodes(
     roots: Roots,
     spec: dict,
-    indices: list[int],
+    selection: Selection,
     available: dict[int, Device],
     extra_control: list | None = None,
 ) -> list[DeviceNode]:
-    """The nodes of the selected devices, then the shared control nodes (the profile's, then
+    """The nodes of the selected devices (a MIG device's: its GPU's nodes, then its cap
+    nodes; each node once), then the shared control nodes (the profile's, then
     `extra_control`: those of the selected driver capabilities)."""
-    nodes = []
-    for index in indices:
+    nodes: dict[str, DeviceNode] = {}
+
+    def add_device(index: int) -> None:
         for path in available[index].nodes:
+            if path in nodes:
+                continue
             node = device_node(roots, path, index, spec["access"])
             if node is None:
                 raise OcihookError(
                     f"device {index}: node {host_path(roots.device_root, path)} not found"
                 )
-            nodes.append(node)
+            nodes[path] = node
+
+    for index in selection.indices:
+        add_device(index)
+    for mig in selection.mig:
+        add_device(mig.index)
+        for node in mig.caps:
+            nodes.setdefault(node.path, node)
+    listed = list(nodes.values())
     extra = [c for c in extra_control or [] if c not in spec["control"]]
     for control in spec["control"] + extra:
         entry = {"path": control} if isinstance(control, str) else control
@@ -208,5 +312,5 @@ def plan_nodes(
             raise OcihookError(
                 f"control device {host_path(roots.device_root, entry['path'])} not found"
             )
-        nodes.append(node)
-    return nodes
+        listed.append(node)
+    return listed

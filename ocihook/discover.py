@@ -22,7 +22,7 @@ from ocihook.plan import (
     Plan,
     ld_dirs_for,
 )
-from ocihook.request import DeviceRequest, select_indices
+from ocihook.request import DeviceRequest
 from ocihook.roots import Listing, Roots, glob_match, host_path, in_root, is_glob, resolve_final
 from ocihook.slots import Struct
 
@@ -335,14 +335,16 @@ def driver_version(
     return found[0], f"{library}, no kernel module version", warnings
 
 
-def build_plan(config: dict, roots: Roots, request: DeviceRequest) -> Plan:
+def build_plan(
+    config: dict, roots: Roots, request: DeviceRequest, describe: str | None = None
+) -> Plan:
     """The plan-building entry point: everything a container asking for `request` gets from
     the source and device roots (the devices it selects, the driver files of its
     capabilities, or the profile's default ones), with libraries under placeholder dirs.
-    `plan.finalize` places them and decides the rest for one target (target.decide)."""
+    `plan.finalize` places them and decides the rest for one target (target.decide).
+    `describe` ("plan" or "strict", for the read-only commands): also every device's
+    address and UUID and every MIG device of the host (devices.choose)."""
     profile = config["profile"]
-    available = devices.available_devices(roots, profile["devices"])
-    indices = select_indices(request, available)
     capabilities = request.capabilities
     if capabilities is None:
         capabilities = list(profile["default_capabilities"])
@@ -350,6 +352,12 @@ def build_plan(config: dict, roots: Roots, request: DeviceRequest) -> Plan:
     parts = select_parts(profile, capabilities)
     finder = _LibraryFinder(roots, profile)
     version, version_source, warnings = driver_version(roots, profile, finder)
+    spec = profile["devices"]
+    chosen = devices.choose(
+        roots, spec, request, lambda name: finder.dirs(name, 64), version, describe
+    )
+    mode = spec.get("mode")
+    warnings += chosen.warnings
     unmatched: list[str] = []
     mounts, links = _libraries(
         finder, parts["libraries"], version, 64, lib_dir, "library", unmatched
@@ -378,10 +386,12 @@ def build_plan(config: dict, roots: Roots, request: DeviceRequest) -> Plan:
         mounts=mounts,
         links=links,
         devices=_with_mode(
-            devices.plan_nodes(roots, profile["devices"], indices, available, parts["control"]),
-            profile["devices"].get("mode"),
+            devices.plan_nodes(roots, spec, chosen.selection, chosen.available, parts["control"]),
+            mode,
         ),
-        device_list=[available[i] for i in indices],
+        device_list=[chosen.available[i] for i in chosen.selection.indices]
+        + [m.replace(caps=_with_mode(m.caps, mode)) for m in chosen.selection.mig],
+        mig_devices=[m.replace(caps=_with_mode(m.caps, mode)) for m in chosen.mig_devices],
         ld_dirs=ld_dirs_for(mounts, lib_dir, lib_dir32),
         capabilities=capabilities,
         version_source=version_source,

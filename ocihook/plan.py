@@ -105,6 +105,7 @@ class Plan(Struct):
         "unmatched",
         "warnings",
         "file_label",
+        "mig_devices",
     )
     _defaults = {
         "file_label": None,
@@ -123,6 +124,7 @@ class Plan(Struct):
         "ld_cache": None,
         "unmatched": [],
         "warnings": [],
+        "mig_devices": [],
     }
     profile: str
     source_root: str
@@ -136,7 +138,8 @@ class Plan(Struct):
     ld_dirs: list[str]
     ldconfig: bool  # whether the container's ld cache is updated (ld_writer is not None)
     ld_writer: str | None  # LD_WRITERS: how; None: not updated
-    device_list: list  # devices.Device of each selected index: address, driver, nodes
+    device_list: list  # devices.Device of each selected index (address, driver, nodes,
+    # uuid), then each selected nvidia.MigDevice (name, uuid, gi, ci, nodes, caps)
     capabilities: list[str]  # the driver capabilities selected (compute, utility, ...)
     version_source: str | None  # where driver_version came from
     lib_dir32: str  # where 32-bit (compat32) libraries go
@@ -145,6 +148,7 @@ class Plan(Struct):
     unmatched: list[str]  # profile entries that matched nothing
     warnings: list[str]
     file_label: str | None  # the SELinux label of what the hook creates; None: labels untouched
+    mig_devices: list  # every nvidia.MigDevice of the host, when read (plan, cdi generate)
 
     def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:
         """The same plan with libraries (and their links) placed in `lib_dir` (64-bit) and
@@ -179,6 +183,7 @@ class Plan(Struct):
             links=links,
             devices=list(self.devices),
             device_list=list(self.device_list),
+            mig_devices=list(self.mig_devices),
             ld_dirs=ld_dirs_for(mounts, lib_dir, new32),
             placeholder=False,
         )

@@ -104,30 +104,57 @@ def _links(plan: Plan) -> list[str]:
 
 
 def _devices(plan: Plan) -> list[str]:
-    """Each device once: its index (PCI address and kernel driver where sysfs told them),
-    then its nodes with mode and cgroup rule; then the shared control nodes."""
+    """Each selected device once: its index (PCI address, kernel driver and UUID where the
+    host told them) or MIG device (name, UUID, GPU and compute instance), then its nodes
+    with mode and cgroup rule; then the shared control nodes."""
     lines = [
         f"devices ({len(plan.devices)} nodes; mknod with the mode shown, allowed in the device "
         "cgroup as shown):"
     ]
     width = max((len(d.path) for d in plan.devices), default=0)
-    described = {d.index: d for d in plan.device_list}
+    by_path = {d.path: d for d in plan.devices}
+    listed: set[str] = set()
+    for device in plan.device_list:
+        lines.append(f"  {_device_title(device)}")
+        for path in device.nodes:
+            node = by_path.get(path)
+            if node is not None:
+                listed.add(path)
+                lines.append(_node_line(node, width))
+    others = [d for d in plan.devices if d.path not in listed]
+    if others:
+        lines.append("  control (shared by every device):")
+        lines.extend(_node_line(d, width) for d in others)
+    return lines
 
-    def node_line(d) -> str:
-        rule = f"{d.type} {d.major}:{d.minor} {d.access}"
-        return f"    {d.path:<{width}}  mode {d.mode:04o}  allow {rule}"
 
-    groups: dict[int | None, list] = {}
-    for d in plan.devices:
-        groups.setdefault(d.index, []).append(d)
-    for index, nodes in groups.items():
-        if index is None:
-            lines.append("  control (shared by every device):")
-        else:
-            device = described.get(index)
-            where = " ".join(x for x in (device.address, device.driver) if x) if device else ""
-            lines.append(f"  index {index}:{' ' + where if where else ''}")
-        lines.extend(node_line(d) for d in nodes)
+def _node_line(d, width: int) -> str:
+    rule = f"{d.type} {d.major}:{d.minor} {d.access}"
+    return f"    {d.path:<{width}}  mode {d.mode:04o}  allow {rule}"
+
+
+def _device_title(device) -> str:
+    if hasattr(device, "gi"):  # a MIG device
+        uuid = f" {device.uuid}" if device.uuid else ""
+        return f"MIG {device.name}{uuid} (on index {device.index}, GI {device.gi}, CI {device.ci}):"
+    where = " ".join(x for x in (device.address, device.driver, device.uuid) if x)
+    return f"index {device.index}:{' ' + where if where else ''}"
+
+
+def _mig_devices(plan: Plan) -> list[str]:
+    """The host's MIG devices that the request did not select (asked for by name)."""
+    selected = {getattr(d, "name", None) for d in plan.device_list}
+    others = [m for m in plan.mig_devices if m.name not in selected]
+    if not others:
+        return []
+    lines = [
+        f"MIG devices of this host, not requested ({len(others)}; ask for one by its name or "
+        "UUID: it gets its GPU's nodes and these):"
+    ]
+    width = max(len(node.path) for m in others for node in m.caps)
+    for mig in others:
+        lines.append(f"  {_device_title(mig)}")
+        lines.extend(_node_line(node, width) for node in mig.caps)
     return lines
 
 
@@ -138,6 +165,7 @@ def format_plan(plan: Plan, all_capabilities: list[str] | None = None) -> str:
     if plan.links:
         lines += _links(plan)
     lines += _devices(plan)
+    lines += _mig_devices(plan)
     ld = "update for " + ", ".join(plan.ld_dirs) if plan.ldconfig else "no"
     lines.append(_field("ld cache", ld))
     if plan.unmatched:

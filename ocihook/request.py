@@ -1,5 +1,8 @@
 """Which devices a container asks for: `all`, `none`/`void`, or a list of indices, ranges,
-PCI addresses (`0000:c1:00.0`) and node names (`renderD129`, `/dev/accel/accel3`).
+PCI addresses (`0000:c1:00.0`), node names (`renderD129`, `/dev/accel/accel3`) and the
+names NVIDIA's schedulers hand out: GPU UUIDs (`GPU-8d2f...`), MIG device UUIDs
+(`MIG-...`) and MIG index pairs (`0:1`: NVML's GPU index, then the MIG device's index
+in NVML's order).
 
 The request comes from an annotation (default `ocihook.io/devices`) and, only when the
 config opts in, from the image env variable `<PREFIX>_VISIBLE_DEVICES`. The driver
@@ -10,6 +13,7 @@ from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 from __future__ import annotations
 
 from ocihook.config import TRUSTED_ANNOTATIONS
+from ocihook.devnames import name_kind, parse_name, pci_address  # noqa: F401 (pci_address re-exported)
 from ocihook.errors import OcihookError
 from ocihook.slots import Struct
 
@@ -17,14 +21,10 @@ MAX_REQUEST_LENGTH = 1024
 MAX_INDEX = 4095
 
 
-MAX_NAME_LENGTH = 255
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
-HEX = frozenset("0123456789abcdef")
-
-
 class DeviceRequest(Struct):
     """`indices` is None for `all`; empty `indices` and `names` mean nothing was asked for.
-    `names` are PCI addresses and node names, resolved against the host's devices later."""
+    `names` are PCI addresses, node names, GPU and MIG UUIDs and MIG index pairs (each in
+    its canonical form: name_kind), resolved against the host's devices later."""
 
     __slots__ = ("indices", "origin", "names", "capabilities")
     _defaults = {"names": (), "capabilities": None}
@@ -43,6 +43,17 @@ class DeviceRequest(Struct):
             return "all"
         return ",".join([str(i) for i in self.indices] + list(self.names)) or "none"
 
+    @property
+    def needs_identity(self) -> bool:
+        """Whether selecting needs the devices' PCI addresses or GPU UUIDs (read from the
+        driver's files only then: requests by index or node name never pay for them)."""
+        return any(name_kind(n) in ("pci", "gpu-uuid") for n in self.names)
+
+    @property
+    def needs_mig(self) -> bool:
+        """Whether the request names a MIG device (resolved through NVML only then)."""
+        return any(name_kind(n) in ("mig-uuid", "mig-index") for n in self.names)
+
 
 def _index_or_range(text: str) -> tuple[int, int] | None:
     """(first, last) of "3" or "0-3" (1-4 ASCII digits each), else None."""
@@ -52,35 +63,6 @@ def _index_or_range(text: str) -> tuple[int, int] | None:
         if not (0 < len(part) <= 4 and part.isascii() and part.isdigit()):
             return None
     return int(first), int(last)
-
-
-def pci_address(text: str) -> str | None:
-    """ "0000:c1:00.0" (or "c1:00.0", any case) in the kernel's form, else None."""
-    text = text.lower()
-    if len(text) == 7:
-        text = "0000:" + text
-    if (
-        len(text) == 12
-        and text[4] == ":"
-        and text[7] == ":"
-        and text[10] == "."
-        and HEX.issuperset(text[:4] + text[5:7] + text[8:10])
-        and text[11] in "01234567"
-    ):
-        return text
-    return None
-
-
-def _node_name(text: str) -> str | None:
-    """ "renderD129" or "/dev/dri/renderD129": a node name (not all digits) or a /dev path."""
-    if not 0 < len(text) <= MAX_NAME_LENGTH:
-        return None
-    parts = text[5:].split("/") if text.startswith("/dev/") else [text]
-    if all(p and p not in (".", "..") and NAME_CHARS.issuperset(p) for p in parts) and not (
-        text.isdigit()
-    ):
-        return text
-    return None
 
 
 def parse_request(value: str, origin: str) -> DeviceRequest:
@@ -105,12 +87,13 @@ def parse_request(value: str, origin: str) -> DeviceRequest:
                 raise OcihookError(f"{origin}: invalid device range {item!r}")
             indices.update(range(first, last + 1))
             continue
-        name = pci_address(item) if ":" in item else _node_name(item)
+        name = parse_name(item)
         if name is None:
             raise OcihookError(
                 f"{origin}: invalid device request {value!r:.60}: expected 'all', 'none' or "
-                "a list of indices ('0,2', '0-3'), PCI addresses ('0000:c1:00.0') "
-                "and node names ('renderD129')"
+                "a list of indices ('0,2', '0-3'), PCI addresses ('0000:c1:00.0'), "
+                "node names ('renderD129'), GPU or MIG UUIDs ('GPU-...', 'MIG-...') "
+                "and MIG devices ('0:1')"
             )
         if name not in names:
             names.append(name)
@@ -132,25 +115,37 @@ def requested_devices(
 
 
 def _index_of(name: str, available: dict) -> int | None:
-    """The index of the device whose PCI address, node name or node path is `name`."""
+    """The index of the device whose PCI address, GPU UUID, node name or node path is
+    `name`."""
     for index, device in available.items():
-        if name == device.address or any(
-            name == path or name == path.rsplit("/", 1)[-1] for path in device.nodes
+        if (
+            name == device.address
+            or name == device.uuid
+            or any(name == path or name == path.rsplit("/", 1)[-1] for path in device.nodes)
         ):
             return index
     return None
 
 
-def _listing(available: dict) -> str:
-    """ "0 (0000:c1:00.0 card1 renderD129), 1 (...)": what a request may name."""
+def _listing(available: dict, kind: str = "node") -> str:
+    """ "0 (0000:c1:00.0 card1 renderD129), 1 (...)": what a request may name; for a GPU
+    UUID the host's UUIDs ("0 GPU-..., 1 GPU-...")."""
     items = []
     for index in sorted(available):
         device = available[index]
-        words = ([device.address] if device.address else []) + [
+        if kind == "gpu-uuid":
+            items.append(f"{index} {device.uuid or '(UUID unknown)'}")
+            continue
+        words = [w for w in (device.address, device.uuid) if w] + [
             path.rsplit("/", 1)[-1] for path in device.nodes
         ]
         items.append(f"{index} ({' '.join(words)})" if words else str(index))
     return ", ".join(items) or "none"
+
+
+def _mig_listing(mig_devices: list) -> str:
+    """ "0:0 MIG-..., 0:1 MIG-...": the host's MIG devices."""
+    return ", ".join(f"{m.name} {m.uuid or '(UUID unknown)'}" for m in mig_devices) or "none"
 
 
 def parse_capabilities(value: str, origin: str, available: list[str]) -> list[str] | None:
@@ -190,11 +185,22 @@ def requested_capabilities(
     return None
 
 
-def select_indices(request: DeviceRequest, available: dict) -> list[int]:
-    """The indices to inject (`available`: index -> devices.Device); an index, address or
-    node name the host does not have is an error."""
+class Selection(Struct):
+    """The devices a request selects: whole devices by index, and MIG devices."""
+
+    __slots__ = ("indices", "mig")
+    indices: list[int]
+    mig: list  # nvidia.MigDevice, in request order
+
+
+def select_devices(
+    request: DeviceRequest, available: dict, mig_devices: list | None = None
+) -> Selection:
+    """The devices to inject (`available`: index -> devices.Device; `mig_devices`: the
+    host's nvidia.MigDevice, None when the request names none); an index, address, UUID,
+    node name or MIG device the host does not have is an error listing what it has."""
     if request.indices is None:
-        return sorted(available)
+        return Selection(sorted(available), [])
     missing = [i for i in request.indices if i not in available]
     if missing:
         have = ",".join(str(i) for i in sorted(available)) or "none"
@@ -203,25 +209,52 @@ def select_indices(request: DeviceRequest, available: dict) -> list[int]:
             f"(available: {have})"
         )
     selected = set(request.indices)
+    mig: list = []
     for name in request.names:
+        kind = name_kind(name)
+        if kind in ("mig-uuid", "mig-index"):
+            found = [m for m in mig_devices or () if name in (m.name, m.uuid)]
+            if not found:
+                raise OcihookError(
+                    f"{request.origin}: MIG device {name!r:.80} does not exist "
+                    f"(MIG devices: {_mig_listing(mig_devices or [])[:800]})"
+                )
+            if found[0] not in mig:
+                mig.append(found[0])
+            continue
         index = _index_of(name, available)
         if index is None:
             raise OcihookError(
                 f"{request.origin}: device {name!r:.80} does not exist "
-                f"(available: {_listing(available)[:400]})"
+                f"(available: {_listing(available, kind)[:800]})"
             )
         selected.add(index)
-    return sorted(selected)
+    return Selection(sorted(selected), mig)
+
+
+def select_indices(request: DeviceRequest, available: dict) -> list[int]:
+    """The whole devices a request without MIG devices selects (select_devices)."""
+    return select_devices(request, available).indices
 
 
 def _covers(devices: object, request: DeviceRequest) -> bool:
+    """Whether an entry's `devices` covers the request as written: `all`, or a list naming
+    every index and every name of it (names compared in canonical form: an entry's
+    GPU-/MIG- UUID covers a request by that UUID in any case, not one by the index that
+    happens to be that device: the allow-list is checked before devices are read)."""
     if devices == "all":
         return True
     if request.indices is None or not isinstance(devices, list):
         return False  # `all` is allowed only by an entry with devices: all
-    if request.names:
-        return False  # addresses and node names: only an entry with devices: all covers them
-    return set(request.indices) <= set(devices)
+    indices = {d for d in devices if isinstance(d, int) and not isinstance(d, bool)}
+    names = set()
+    for item in devices:
+        if isinstance(item, str):
+            name = parse_name(item)
+            if name is None:
+                raise OcihookError(f"config: request.allow: invalid device name {item!r:.60}")
+            names.add(name)
+    return set(request.indices) <= indices and set(request.names) <= names
 
 
 def _annotations_match(patterns: dict[str, str], annotations: dict[str, str]) -> bool:

@@ -46,7 +46,12 @@ def cdi() -> None:
     default=None,
     help="Output format (default: from the file's extension, else yaml).",
 )
-@click.option("--kind", default=None, help="VENDOR/CLASS of the devices [ocihook.io/<profile>].")
+@click.option(
+    "--kind",
+    default=None,
+    help="VENDOR/CLASS of the devices [the profile's devices.cdi_kind (nvidia: "
+    "nvidia.com/gpu), else ocihook.io/<profile>].",
+)
 @click.option(
     "--lib-dir",
     default=None,
@@ -70,7 +75,9 @@ def generate(
 ) -> None:
     """Write a CDI spec for the configured profile and source root.
 
-    One device per index (VENDOR/CLASS=0, =1, ...) and `all`; shared edits for every
+    One device per index (VENDOR/CLASS=0, =1, ...), per GPU UUID (=GPU-...) and per MIG
+    device (=0:1 and =MIG-...: NVML's names, as NVIDIA's generator writes them) and `all`
+    (every index); shared edits for every
     device: the driver files as read-only bind mounts, the control device nodes, and
     createContainer hooks that run `ocihook cdi-hook` for the soname links and the ld
     cache. cdiVersion is the lowest version the features used need (0.5.0: device
@@ -90,9 +97,10 @@ def generate(
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = build_plan(config, roots, parse_request("all", "cdi generate"))
+        plan = build_plan(config, roots, parse_request("all", "cdi generate"), "strict")
     plan = finalize(plan, decide(config, Target(STATIC, lib_dir=lib_dir), plan))
-    kind = kind or cdispec.default_kind(config["profile"]["name"])
+    profile = config["profile"]
+    kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
     spec = cdispec.build_spec(executor_view(plan), kind, hook_path, config["ldconfig"]["path"])
     cdispec.validate(spec)
     if output != "-" and os.path.isdir(output):

@@ -34,7 +34,11 @@ CLASS_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 VENDOR_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
-def default_kind(profile_name: str) -> str:
+def default_kind(profile_name: str, profile_kind: str | None = None) -> str:
+    """The profile's `devices.cdi_kind` (NVIDIA's: nvidia.com/gpu, the kind NVIDIA's
+    device plugin asks for), else ocihook.io/<profile name>."""
+    if profile_kind:
+        return profile_kind
     cls = re.sub(r"[^A-Za-z0-9_-]", "-", profile_name).strip("-_") or "device"
     if not cls[0].isalpha():
         cls = "d" + cls
@@ -103,21 +107,32 @@ def _hook(path: str, args: list[str]) -> dict:
 
 def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str) -> dict:
     """The spec for the executor view (`plan.executor_view`) of a finalized plan of every
-    device (request "all"): shared edits (mounts, control nodes, hooks) at the top, one
-    device per index with its nodes, and `all`."""
-    by_index: dict[int, list[dict]] = {}
-    control = []
-    for d in view["devices"]:
-        if d["index"] is None:
-            control.append(_node(d))
-        else:
-            by_index.setdefault(d["index"], []).append(_node(d))
-    devices = [
-        {"name": str(index), "containerEdits": {"deviceNodes": nodes}}
-        for index, nodes in sorted(by_index.items())
-    ]
-    every = [dict(node) for _, nodes in sorted(by_index.items()) for node in nodes]
+    device (request "all", described: `build_plan(..., describe="strict")`): shared edits
+    (mounts, control nodes, hooks) at the top; one device per index with its nodes, named
+    by the index and, where the host has one, by the GPU's UUID (`GPU-...`); one per MIG
+    device with its GPU's nodes and its two cap nodes, named `G:M` and `MIG-...`, as
+    NVIDIA's generator names them (device plugins ask for these names); and `all`, every
+    index's nodes (the hook's `all`: whole devices, no MIG device)."""
+    by_path = {d["path"]: _node(d) for d in view["devices"]}
+    whole = [d for d in view["device_list"] if "gi" not in d]
+    devices = []
+    every: list[dict] = []
+    for device in whole:
+        nodes = [by_path[path] for path in device["nodes"]]
+        every += [dict(node) for node in nodes]
+        for name in (str(device["index"]), device.get("uuid")):
+            if name:  # copies: one YAML node each (no anchors and aliases in the file)
+                edits_nodes = [dict(node) for node in nodes]
+                devices.append({"name": name, "containerEdits": {"deviceNodes": edits_nodes}})
+    for mig in view.get("mig_devices") or ():
+        caps = {c["path"]: _node(c) for c in mig["caps"]}
+        nodes = [by_path.get(path) or caps[path] for path in mig["nodes"]]
+        for name in (mig["name"], mig["uuid"]):
+            if name:
+                edits_nodes = [dict(node) for node in nodes]
+                devices.append({"name": name, "containerEdits": {"deviceNodes": edits_nodes}})
     devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
+    control = [dict(by_path[d["path"]]) for d in view["devices"] if d["index"] is None]
     edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
