@@ -148,8 +148,8 @@ def _mig_devices(plan: Plan) -> list[str]:
     if not others:
         return []
     lines = [
-        f"MIG devices of this host, not requested ({len(others)}; ask for one by its name or "
-        "UUID: it gets its GPU's nodes and these):"
+        f"MIG devices not requested ({len(others)}; ask by name or UUID; each also gets its "
+        "GPU's nodes):"
     ]
     width = max(len(node.path) for m in others for node in m.caps)
     for mig in others:

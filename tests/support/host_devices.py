@@ -207,3 +207,28 @@ def pick(
             f"load drivers of {', '.join(SAFE_MISC)} (modules {' '.join(MODULES)})"
         )
     return list(found[:count])
+
+
+def pick_same_major(
+    count: int,
+    purpose: str = "tests",
+    proc: str = "/proc",
+    dev: str = "/dev",
+    exclude: frozenset[str] | None = None,
+) -> list[HostDevice]:
+    """The first `count` usable devices (pick's rule and order) that share one major: the
+    stand-ins for the nodes of one driver's dynamic major (NVIDIA's nvidia-caps)."""
+    skip = excluded() if exclude is None else frozenset(exclude)
+    found = _all(proc, dev, skip)
+    groups: dict[int, list[HostDevice]] = {}
+    for device in found:
+        groups.setdefault(device.major, []).append(device)
+    for group in groups.values():
+        if len(group) >= count:
+            return group[:count]
+    have = ", ".join(f"{len(g)} of major {m}" for m, g in groups.items()) or "none"
+    raise TooFewDevices(
+        f"{purpose}: need {count} char devices of one major that this kernel has and runc "
+        f"denies, found {have} in {proc}/misc and {proc}/devices; load drivers of "
+        f"{', '.join(SAFE_MISC)} (modules {' '.join(MODULES)})"
+    )
