@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: all deps venv test test-enforcing demo lint format bench rpm selinux clean
+.PHONY: all deps venv test test-enforcing demo lint format bench rpm selinux clean gpu-check-site
 
 include packaging/Makefile.rpm.mk
 include packaging/Makefile.install.mk
@@ -53,6 +53,18 @@ bench: venv
 
 selinux:
 	$(MAKE) -C selinux
+
+# Pure-Python click, PyYAML and jsonschema for scripts/gpu-check.sh on a GPU machine whose
+# python3 lacks them (and that cannot reach PyPI): build/gpu-check/site goes on its path.
+GPU_SITE := build/gpu-check/site
+gpu-check-site: venv
+	rm -rf $(GPU_SITE) build/gpu-check/dl
+	$(VPY) -m pip install -q --target $(GPU_SITE) --no-compile --no-deps --only-binary :all: \
+		--python-version 3.9 --implementation py --abi none --platform any \
+		click jsonschema==3.2.0 attrs six pyrsistent==0.19.3
+	$(VPY) -m pip download -q -d build/gpu-check/dl --no-deps --no-binary :all: PyYAML==6.0.1
+	tar -xzf build/gpu-check/dl/PyYAML-6.0.1.tar.gz -C build/gpu-check/dl
+	cp -r build/gpu-check/dl/PyYAML-6.0.1/lib/yaml $(GPU_SITE)/yaml
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
