@@ -59,7 +59,8 @@ def poststop(config_path: str, cache_dir: str) -> None:
     default="all",
     show_default=True,
     help="The request to plan for: all, none, or a list of indices (0,2 or 0-3), PCI "
-    "addresses (0000:c1:00.0) and node names (renderD129).",
+    "addresses (0000:c1:00.0), node names (renderD129) and, for NVIDIA, GPU UUIDs "
+    "(GPU-...) and MIG devices (MIG-... or 0:1).",
 )
 @click.option(
     "--capabilities",
