@@ -185,7 +185,7 @@ def _indexed_devices(roots: Roots, patterns: list[str]) -> dict[int, Device]:
             if index not in devices:
                 if position:
                     continue  # only the first pattern makes a device exist
-                devices[index] = Device(index, None, None, [])
+                devices[index] = Device(index, None, None, [], None)
             devices[index].nodes.append(f"{parent}/{entry}")
     return devices
 
@@ -243,7 +243,9 @@ def _sysfs_devices(roots: Roots, sysfs: dict, patterns: list[str]) -> dict[int, 
                 break
     order = sorted(nodes, key=lambda a: (not _is_pci_address(a), a))
     return {
-        index: Device(index, address, drivers[address], [p for *_, p in sorted(nodes[address])])
+        index: Device(
+            index, address, drivers[address], [p for *_, p in sorted(nodes[address])], None
+        )
         for index, address in enumerate(order)
     }
 

@@ -13,7 +13,6 @@ from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 from __future__ import annotations
 
 from ocihook.config import TRUSTED_ANNOTATIONS
-from ocihook.devnames import name_kind, parse_name, pci_address  # noqa: F401 (pci_address re-exported)
 from ocihook.errors import OcihookError
 from ocihook.slots import Struct
 
@@ -47,12 +46,28 @@ class DeviceRequest(Struct):
     def needs_identity(self) -> bool:
         """Whether selecting needs the devices' PCI addresses or GPU UUIDs (read from the
         driver's files only then: requests by index or node name never pay for them)."""
-        return any(name_kind(n) in ("pci", "gpu-uuid") for n in self.names)
+        return bool(self.names) and any(name_kind(n) in ("pci", "gpu-uuid") for n in self.names)
 
     @property
     def needs_mig(self) -> bool:
         """Whether the request names a MIG device (resolved through NVML only then)."""
-        return any(name_kind(n) in ("mig-uuid", "mig-index") for n in self.names)
+        return bool(self.names) and any(
+            name_kind(n) in ("mig-uuid", "mig-index") for n in self.names
+        )
+
+
+def name_kind(name: str) -> str:
+    """devnames.name_kind (imported when a request has names: not for indices alone)."""
+    from ocihook.devnames import name_kind as kind
+
+    return kind(name)
+
+
+def parse_name(item: str) -> str | None:
+    """devnames.parse_name (imported when a request has names: not for indices alone)."""
+    from ocihook.devnames import parse_name as parse
+
+    return parse(item)
 
 
 def _index_or_range(text: str) -> tuple[int, int] | None:
