@@ -127,7 +127,7 @@ def plan(
     if capabilities is not None:
         request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
     with Roots(config["source_root"], config["device_root"]) as roots:
-        result = build_plan(config, roots, request)
+        result = build_plan(config, roots, request, verify=True)
     decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)
     if decision.probe:
         root_fd = securepath.open_dir(os.path.abspath(rootfs))
@@ -159,8 +159,10 @@ def plan(
 def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None:
     """Check the installation as the hook will see it: the config (schema, request.allow
     regexes, trust of every file it reads), the profile against the source root (a partial
-    driver fails: dangling soname links, a missing driver_version library that would drop
-    the firmware), ldconfig, the config cache dir and every hooks.d file.
+    driver fails: dangling soname links, a library whose DT_SONAME its soname link does not
+    name, one that is not ELF, a missing driver_version library that would drop the
+    firmware; soname links the container gets that the host lacks are warnings), ldconfig,
+    the config cache dir and every hooks.d file.
 
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
@@ -260,7 +262,7 @@ def _check_driver(config: dict, ok, bad) -> None:
 
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
-            result = build_plan(config, roots, parse_request("all", "check"))
+            result = build_plan(config, roots, parse_request("all", "check"), verify=True)
         version = (
             f"driver {result.driver_version} (from {result.version_source})"
             if result.driver_version

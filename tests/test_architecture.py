@@ -32,6 +32,7 @@ LAYERS = {
         "ocihook.audit",
         "ocihook.cdi",
         "ocihook.devrules",
+        "ocihook.elf",
         "ocihook.errors",
         "ocihook.fastjson",
         "ocihook.hooksd",
@@ -68,6 +69,7 @@ LAYERS = {
         "ocihook.discover",
         "ocihook.hostldconfig",
         "ocihook.ldsocache",
+        "ocihook.ldsoconf",
         "ocihook.roots",
     },
     "execution": {  # the privileged injection path: mounts, nodes, cgroups, ld cache

@@ -90,7 +90,7 @@ def generate(
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = build_plan(config, roots, parse_request("all", "cdi generate"))
+        plan = build_plan(config, roots, parse_request("all", "cdi generate"), verify=True)
     plan = finalize(plan, decide(config, Target(STATIC, lib_dir=lib_dir), plan))
     kind = kind or cdispec.default_kind(config["profile"]["name"])
     spec = cdispec.build_spec(executor_view(plan), kind, hook_path, config["ldconfig"]["path"])
