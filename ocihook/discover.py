@@ -209,7 +209,7 @@ class _LibraryFinder:
         """Whether the ld cache lists `path` as a library of `arch`: ldconfig read its ELF
         class and keyed it by its DT_SONAME (the file name)."""
         index = self.index[arch]
-        if index is None:
+        if index is None or not index.all:
             return False
         name = os.path.basename(path)
         return any(p == path for _, p in index.by_stem.get(name.split(".so", 1)[0], ()))
@@ -220,28 +220,31 @@ class _LibraryFinder:
         or ld.so.conf may hold a 32-bit and a 64-bit copy of the same name)."""
         vouched = {c.real for c in chosen if self.listed(arch, f"{directory}/{c.name}")}
         wanted = elf.ELFCLASS64 if arch == 64 else elf.ELFCLASS32
-        classes: dict[str, int] = {}
-        for real in {c.real for c in chosen} - vouched:
-            classes[real] = self._read(real, lambda fd: elf.elf_class(fd))
+        unvouched = {c.real for c in chosen} - vouched
+        classes = {real: self._read(real, elf.elf_class) for real in unvouched}
         return [c for c in chosen if c.real in vouched or classes[c.real] == wanted]
 
     def _read(self, inner: str, reader):
-        """`reader(fd)` of the file `inner` of the source root, opened there by fd; a reason
-        (what cannot be read, a file that is not ELF) is one line."""
-        where = host_path(self.roots.source_root, inner)
+        """`reader(fd)` of the file `inner` of the source root, opened there by fd (in the
+        dir it was found in, open already); a reason (what cannot be read, a file that is
+        not ELF) is one line."""
+        parent, name = os.path.split(inner)
+        listing = self.roots.listing(self.roots.source_fd, parent)
         try:
-            fd = securepath.resolve(self.roots.source_fd, inner, flags=os.O_RDONLY | os.O_NONBLOCK)
+            if listing.fd >= 0:
+                fd = os.open(name, elf.READ, dir_fd=listing.fd)
+            else:
+                fd = securepath.resolve(self.roots.source_fd, inner, flags=elf.READ)
+            try:
+                found = reader(fd)
+            finally:
+                os.close(fd)
         except OSError as error:
-            raise OcihookError(f"source {where}: {error.strerror}") from None
-        try:
-            found = reader(fd)
-        except OSError as error:
-            raise OcihookError(f"source {where}: {error.strerror}") from None
+            found = error.strerror or "cannot read"
         except (OverflowError, ValueError):
             found = "an offset outside the file"
-        finally:
-            os.close(fd)
         if isinstance(found, str):
+            where = host_path(self.roots.source_root, inner)
             raise OcihookError(f"source {where}: {found}: not a library the loader can use")
         return found
 
