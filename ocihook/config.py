@@ -6,7 +6,8 @@ profile candidate in `profile_dirs` up to the one used, absent ones as absent), 
 `fstat` of the open file that was read (device, inode, size, mtime and ctime in ns). While
 a `stat` of each still gives the same key the cache is used, and neither PyYAML nor
 jsonschema is imported. Trust, on every run: the config and profile are owned by root and
-not writable by group or others (checked from that stat); the cache dir is root's and 0700
+not writable by group or others (checked from that stat; the hook of a rootless container
+applies rootless.py's rule instead, parents included); the cache dir is root's and 0700
 (a root-owned dir with a wider mode is tightened and emptied; any other is not used), the
 cache file is root's and 0600, carries a format, the ocihook and Python versions and a
 CRC-32 of its body, and its config has the compiled shape; anything else is ignored and
@@ -24,6 +25,7 @@ import time
 
 from ocihook import __version__, store
 from ocihook.errors import OcihookError, describe
+from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
@@ -95,9 +97,17 @@ def _key(st: os.stat_result) -> Key:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def trust_problem(st: os.stat_result) -> str | None:
-    """Why a config or profile file with this stat may not be used (root runs only)."""
-    if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
+def trust_problem(st: os.stat_result, path: str = "") -> str | None:
+    """Why a config or profile file with this stat may not be used (root runs only; the hook
+    of a rootless container applies rootless.trust_problem, with `path`'s parents)."""
+    if os.geteuid() != 0:
+        return None
+    namespace = hook_namespace()
+    if namespace.rootless:
+        from ocihook import rootless
+
+        return rootless.trust_problem(namespace, path, st)
+    if st.st_uid != 0 or st.st_mode & 0o022:
         return "must be owned by root and not writable by group or others"
     return None
 
@@ -139,7 +149,7 @@ def _fresh(files: list) -> bool:
             return False  # the compile names the cause
         if key is None or _key(st) != key:
             return False
-        problem = trust_problem(st)
+        problem = trust_problem(st, name)
         if problem:
             raise OcihookError(f"{what} {name}: {problem}")
     return True
@@ -264,7 +274,7 @@ def _read_yaml(path: str, what: str, missing_ok: bool = False):
             before = os.fstat(file.fileno())
             if not stat.S_ISREG(before.st_mode):
                 raise OcihookError(f"{what} {path}: not a regular file")
-            problem = trust_problem(before)
+            problem = trust_problem(before, path)
             if problem:
                 raise OcihookError(f"{what} {path}: {problem}")
             data = os.pread(file.fileno(), MAX_YAML_BYTES + 1, 0)

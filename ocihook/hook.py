@@ -14,7 +14,14 @@ import sys
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, exit_line
-from ocihook.state import MAX_STATE_BYTES, PRESTART_STATUSES, Container, load_container, read_state
+from ocihook.state import (
+    MAX_STATE_BYTES,
+    PRESTART_STATUSES,
+    Container,
+    hook_namespace,
+    load_container,
+    read_state,
+)
 
 TYPE_CHECKING = False  # typing costs milliseconds of imports at container start: annotations only
 if TYPE_CHECKING:
@@ -55,7 +62,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
+    namespace = hook_namespace()
+    if namespace.rootless:  # the hook of a rootless container: the user's own dirs
+        from ocihook import rootless
+
+        cache_dir = rootless.cache_dir(namespace)
     config = load_config(config_path, cache_dir)
+    if namespace.rootless:
+        config["state_dir"] = rootless.user_dir(namespace)
     if state["status"] == "stopped":
         from ocihook.record import finish_record
 

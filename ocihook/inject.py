@@ -20,6 +20,7 @@ from ocihook.kinds import KINDS, LABEL_WRITABLE
 from ocihook.plan import Plan, device_rules, finalize
 from ocihook.roots import Roots
 from ocihook.selinux import label as selinux_label
+from ocihook.state import hook_namespace
 from ocihook.target import CONTAINER, Decision, Target, decide
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
@@ -146,7 +147,14 @@ class _Injection:
     def run(self, request: DeviceRequest) -> dict:
         _raise_fd_limit()
         container, config = self.container, self.config
-        target = Target(CONTAINER, container.userns, container.mount_label, None, True)
+        namespace = hook_namespace()  # rootless podman: the hook in the user's namespace
+        target = Target(
+            CONTAINER, container.userns, container.mount_label, None, True, namespace.rootless
+        )
+        if namespace.rootless:
+            from ocihook import rootless
+
+            rootless.check_runtime_dir(namespace)
         state_fd = -1
         try:
             with Roots(config["source_root"], config["device_root"]) as roots:
@@ -155,6 +163,10 @@ class _Injection:
                 self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")
+                if namespace.rootless:  # a node the user cannot open: refused before changes
+                    rootless.check_nodes(
+                        namespace, plan.devices, roots.device_fd, container.annotations
+                    )
                 # New mount API: clone the sources on the host now. Classic API: open them in
                 # the container's mount namespace (a bind mount cannot cross namespaces).
                 if self.api.on_host:
@@ -171,7 +183,13 @@ class _Injection:
                 caps = privileges.effective_capabilities()
                 self._debug(f"capabilities dropped, CapEff {caps:x}")
             body = record.injection_record(
-                container, self.final, self.sources, self.labels, self.edits, self.ld_cache
+                container,
+                self.final,
+                self.sources,
+                self.labels,
+                self.edits,
+                self.ld_cache,
+                namespace.host_uid if namespace.rootless else None,
             )
             record.write_record(state_fd, config["state_dir"], container.id, body)
             settings = config["records"]

@@ -24,6 +24,8 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
     cgroup       [{cgroup ("v1"/"v2"), path, action, rule ("c 10:237 rw")}]: the edits made
     ld_dirs, ld_cache  the dirs the container's ld cache was updated for, and how
                  ("native", "ldconfig"; null and [] when it was not)
+    rootless     only from the hook of a rootless container: {host_uid (the user), device_cgroup
+                 ("unchanged": cgroup is [])}; the record is then in /run/user/<uid>/ocihook
 
 `injection_record` builds it; `ocihook/audit/records.py` reads it back
 (tests/test_record_schema.py: the round trip).
@@ -111,11 +113,14 @@ def new_record(container_id: str, pid: int | None, fields: dict) -> dict:
     }
 
 
-def injection_record(container, plan, sources: list, labels: list, edits: list, ld_cache) -> dict:
+def injection_record(
+    container, plan, sources: list, labels: list, edits: list, ld_cache, rootless_uid=None
+) -> dict:
     """The record of one injection: the container (state.Container), its finalized plan,
     the sources mounted (apply.SourceTree, in plan order) with their `labels`, the device
-    cgroup edits made (cgroups.DeviceEdit) and how the ld cache was updated (or None)."""
-    return new_record(
+    cgroup edits made (cgroups.DeviceEdit), how the ld cache was updated (or None), and for
+    the hook of a rootless container the user's host uid."""
+    body = new_record(
         container.id,
         container.pid,
         {
@@ -159,6 +164,9 @@ def injection_record(container, plan, sources: list, labels: list, edits: list, 
             "ld_cache": ld_cache,
         },
     )
+    if rootless_uid is not None:
+        body["rootless"] = {"host_uid": rootless_uid, "device_cgroup": "unchanged"}
+    return body
 
 
 def write_record(state_dir_fd: int, state_dir: str, container_id: str, body: dict) -> None:

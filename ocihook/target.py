@@ -49,13 +49,22 @@ GLIBC_LOADERS = (
 class Target(Struct):
     """What is known of where a plan goes (plain data: the facts `decide` reads)."""
 
-    __slots__ = ("kind", "userns", "mount_label", "lib_dir", "image")
-    _defaults = {"userns": False, "mount_label": None, "lib_dir": None, "image": False}
+    __slots__ = ("kind", "userns", "mount_label", "lib_dir", "image", "rootless")
+    _defaults = {
+        "userns": False,
+        "mount_label": None,
+        "lib_dir": None,
+        "image": False,
+        "rootless": False,
+    }
     kind: str  # TARGET_KINDS
     userns: bool  # the container has a user namespace (`ocihook plan --userns`)
     mount_label: str | None  # the container's SELinux mount label, when one is at hand
     lib_dir: str | None  # the library dir the command line gives (`--lib-dir`), else None
     image: bool  # the image's root is at hand to probe (the rootfs, `ocihook plan --rootfs`)
+    # The hook itself runs in a user namespace (rootless podman: state.hook_namespace, the
+    # hook's own uid_map, never the container's config): no mknod, no device cgroup edit.
+    rootless: bool
 
 
 class Decision(Struct):
@@ -106,10 +115,12 @@ def decide(config: dict, target: Target, plan: Plan) -> Decision:
     return Decision(
         lib_dir,
         lib_dir32_for(lib_dir) if lib_dir is not None else None,
-        "bind" if target.userns else "mknod",
+        "bind" if target.userns or target.rootless else "mknod",
         _file_label(config["selinux"], target),
         ld_writer,
-        target.kind != STATIC,  # with a CDI spec the runtime allows the spec's nodes
+        # With a CDI spec the runtime allows the spec's nodes; rootless, only host root could
+        # (v1 devices.allow, v2 BPF programs need the initial namespace's CAP_SYS_ADMIN).
+        target.kind != STATIC and not target.rootless,
         probe,
     )
 

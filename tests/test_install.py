@@ -87,7 +87,8 @@ def test_prefix_moves_the_hook_and_rewrites_what_points_at_it(tmp_path):
     root = tmp_path / "root"
     result = make("install", f"DESTDIR={root}", "PREFIX=/usr/local")
     assert result.returncode == 0, result.stderr
-    hooks = yaml.safe_load((root / "etc/containers/oci/hooks.d/ocihook.json").read_text())
+    # The registration stays where podman and CRI-O read by default, whatever the PREFIX.
+    hooks = yaml.safe_load((root / "usr/share/containers/oci/hooks.d/ocihook.json").read_text())
     assert hooks["hook"]["path"] == "/usr/local/libexec/ocihook/ocihook-hook"
     assert (root / "usr/local/libexec/ocihook/ocihook-hook").is_file()
     assert list(root.glob("usr/local/lib/python3*/dist-packages/ocihook/hook.py"))

@@ -277,7 +277,7 @@ def test_check_shows_the_version_source_and_warnings(tmp_path):
         f"ok      source root {root}: 5 files, 2 links, 5 device nodes (capabilities compute, "
         f"utility); driver {hosts.OLD} (from libnvidia-ml.so.*, no kernel module version)\n"
     ) in result.stdout
-    assert "warning no kernel module version" in result.stdout
+    assert "WARNING no kernel module version" in result.stdout
 
 
 def test_fifo_as_ld_cache_is_refused_at_once(tmp_path):

@@ -88,6 +88,15 @@ def test_written_record_reads_back_in_the_audit():
         Injected("link", "/usr/lib64/libx.so", "libx.so.1"),
         Injected("device", "/dev/x0", "/drv/dev/x0", label=LABEL),
     ]
+    assert "rootless" not in body
+    # The hook of a rootless container: no cgroup edits, the user named; audit reads it alike.
+    rootless = record.injection_record(container, plan, trees, labels, [], "native", 1000)
+    assert (rootless["cgroup"], rootless["rootless"]) == (
+        [],
+        {"host_uid": 1000, "device_cgroup": "unchanged"},
+    )
+    again = container_from_dict(json.loads(json.dumps(rootless)), "c1.json")
+    assert again.injected == read.injected
 
 
 def test_record_versions_and_default_dir_have_one_home():

@@ -110,6 +110,23 @@ def test_user_namespace_binds_nodes(tmp_path):
     assert [d.strategy for d in final.devices] == ["bind"]
 
 
+@pytest.mark.parametrize("userns", [False, True])
+def test_rootless_hook_binds_nodes_and_leaves_the_device_cgroup(userns):
+    """The hook in a user namespace (rootless podman): no mknod, no cgroup edit, whether
+    or not the container's config has a user namespace of its own (keep-id); the rest as
+    for root."""
+    rootless = decide(_config(), Target(CONTAINER, userns, None, None, True, True), _plan())
+    root = decide(_config(), Target(CONTAINER, userns, None, None, True), _plan())
+    assert (rootless.node_strategy, rootless.device_cgroup) == ("bind", False)
+    assert root.device_cgroup is True
+    assert (rootless.lib_dir, rootless.ld_writer, rootless.probe, rootless.file_label) == (
+        root.lib_dir,
+        root.ld_writer,
+        root.probe,
+        root.file_label,
+    )
+
+
 def test_config_lib_dir_wins_over_the_image_and_the_command_line_over_both():
     config = _config(container={"lib_dir": "/opt/lib"})
     decision = decide(config, Target(CONTAINER, image=True), _plan())

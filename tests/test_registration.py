@@ -1,0 +1,133 @@
+"""Where ocihook is registered, against the directories the runtimes read
+(ocihook/registration.py): read by whom, nobody reads it, masked, twice, and a foreign file
+that stops the runtime. The runtimes' directories here are temporary ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ocihook.findings import FAILED, OK, WARNING
+from ocihook.hooksdirs import Reader
+from ocihook.registration import registration_findings, runtime_findings
+
+
+def registration(path: Path, hook: str = "/bin/sh", **changes) -> Path:
+    document = {
+        "version": "1.0.0",
+        "hook": {"path": hook, "args": ["ocihook-hook"], "env": ["PATH=/usr/bin:/bin"]},
+        "when": {"annotations": {r"^ocihook\.io/devices$": ".+"}},
+        "stages": ["prestart", "poststop"],
+    }
+    document.update(changes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture
+def dirs(tmp_path) -> dict[str, Path]:
+    names = ("usr", "etc", "custom")
+    return {n: tmp_path / n for n in names}
+
+
+def lines(findings) -> list[tuple[str, str]]:
+    return [(f.status, f.message) for f in findings]
+
+
+def test_a_registration_the_runtimes_read(dirs):
+    path = registration(dirs["usr"] / "ocihook.json")
+    usr = [str(dirs["usr"])]
+    readers = [Reader("podman", usr, "default"), Reader("CRI-O", usr, "default")]
+    found = registration_findings(readers, [], (str(dirs["usr"]), str(dirs["etc"])))
+    assert lines(found) == [(OK, f"hooks.d file {path} (read by podman, CRI-O)")]
+
+
+def test_a_registration_in_a_directory_nobody_reads(dirs):
+    path = registration(dirs["etc"] / "ocihook.json")
+    readers = [Reader("podman", [str(dirs["usr"])], "default")]
+    found = registration_findings(readers, [], (str(dirs["usr"]), str(dirs["etc"])))
+    assert (
+        FAILED,
+        f"hooks.d file {path} sits in a directory nobody reads (podman reads {dirs['usr']})",
+    ) in lines(found)
+    assert (
+        FAILED,
+        f"no hooks.d file for ocihook in a directory the runtimes read (podman reads "
+        f"{dirs['usr']})",
+    ) in lines(found)
+
+
+def test_one_runtime_reads_it_the_other_does_not(dirs):
+    path = registration(dirs["custom"] / "ocihook.json")
+    readers = [
+        Reader("podman", [str(dirs["custom"])], "hooks_dir in x"),
+        Reader("CRI-O", [str(dirs["usr"])], "default"),
+    ]
+    found = lines(registration_findings(readers, [], (str(dirs["usr"]),)))
+    assert (OK, f"hooks.d file {path} (read by podman)") in found
+    assert (WARNING, f"CRI-O reads no hooks.d file for ocihook ({dirs['usr']})") in found
+    assert not [f for f in found if f[0] == FAILED]
+
+
+def test_a_same_named_file_in_a_later_directory_masks_it(dirs):
+    first = registration(dirs["usr"] / "ocihook.json")
+    later = registration(dirs["etc"] / "ocihook.json", hook="/nonexistent/ocihook-hook")
+    readers = [Reader("podman", [str(dirs["usr"]), str(dirs["etc"])], "hooks_dir in x")]
+    found = lines(registration_findings(readers, [], ()))
+    assert (WARNING, f"hooks.d file {first}: masked by {later} for podman (same name)") in found
+    assert any(s == FAILED and "/nonexistent/ocihook-hook does not exist" in m for s, m in found)
+    assert any(s == FAILED and m.startswith("no hooks.d file for ocihook") for s, m in found)
+
+
+def test_registered_twice(dirs):
+    one = registration(dirs["usr"] / "ocihook.json")
+    two = registration(dirs["usr"] / "ocihook-env.json", when={"always": True})
+    readers = [Reader("podman", [str(dirs["usr"])], "default")]
+    found = lines(registration_findings(readers, [], ()))
+    assert (
+        FAILED,
+        f"ocihook is registered twice for podman: {two}, {one} (it runs twice)",
+    ) in found
+
+
+def test_a_foreign_file_that_stops_the_runtime(dirs):
+    registration(dirs["usr"] / "ocihook.json")
+    other = dirs["usr"] / "other-vendor.json"
+    document = {"version": "1.0.0", "hook": {"path": "/bin/true"}, "when": {"always": True}}
+    other.write_text(json.dumps({**document, "stages": ["prestrat"], "bogus": 1}))
+    readers = [Reader("podman", [str(dirs["usr"])], "default")]
+    found = lines(registration_findings(readers, [], ()))
+    assert (
+        FAILED,
+        f"hooks.d file {other}: stages: unknown stage 'prestrat' (podman then runs no container)",
+    ) in found
+    assert (WARNING, f"hooks.d file {other}: bogus: unknown key, ignored by the runtime") in found
+
+
+def test_explicit_directories_are_read_as_podman_hooks_dir_reads_them(dirs):
+    path = registration(dirs["custom"] / "ocihook.json")
+    readers = [Reader("podman", [str(dirs["usr"])], "default")]
+    found = lines(registration_findings(readers, [str(dirs["custom"])]))
+    assert found == [
+        (OK, f"hooks.d file {path}"),
+        (
+            WARNING,
+            f"hooks dir {dirs['custom']}: read only by a runtime started with --hooks-dir "
+            f"(podman reads {dirs['usr']})",
+        ),
+    ]
+
+
+def test_runtime_findings_name_dirs_origin_and_problems():
+    readers = [
+        Reader("podman", ["/a"], "hooks_dir in /etc/containers/containers.conf"),
+        Reader("CRI-O", [], "hooks_dir in /etc/crio/crio.conf", problems=["x line 2: y: z"]),
+    ]
+    assert lines(runtime_findings(readers)) == [
+        (OK, "hooks dirs: podman reads /a (hooks_dir in /etc/containers/containers.conf)"),
+        (WARNING, "hooks dirs: CRI-O reads no directory (hooks_dir in /etc/crio/crio.conf)"),
+        (FAILED, "x line 2: y: z"),
+    ]
