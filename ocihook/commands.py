@@ -161,9 +161,10 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None
     request.allow regexes, trust of every file it reads), the profile against the source root
     (a partial driver fails: dangling soname links, a library whose DT_SONAME its soname link
     does not name, one that is not ELF, a missing driver_version library that would drop the
-    firmware; soname links the container gets that the host lacks are warnings), ldconfig, the config cache dir, the hooks.d directories podman
-    (rootless podman, for a user) and CRI-O read by their configuration files, every hooks.d
-    file there as they parse it (Go's JSON, Go's regexp), and where ocihook is registered.
+    firmware; soname links the container gets that the host lacks are warnings), ldconfig,
+    the config cache dir, the hooks.d directories podman (rootless podman, for a user) and
+    CRI-O read by their configuration files, every hooks.d file there as they parse it (Go's
+    JSON, Go's regexp), and where ocihook is registered.
 
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """

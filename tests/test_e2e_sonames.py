@@ -112,7 +112,7 @@ def test_check_reports_what_the_container_gets(tmp_path):
         cwd=REPO,
     )
     assert (
-        f"warning {root}/{LIBDIR}: 2 libraries lack a soname link; the container gets them "
+        f"WARNING {root}/{LIBDIR}: 2 libraries lack a soname link; the container gets them "
         "(DT_SONAME)\n"
     ) in result.stdout
     assert f"ok      source root {root}:" in result.stdout
