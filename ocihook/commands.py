@@ -127,7 +127,7 @@ def plan(
     if capabilities is not None:
         request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
     with Roots(config["source_root"], config["device_root"]) as roots:
-        result = build_plan(config, roots, request, "plan")
+        result = build_plan(config, roots, request, verify=True, describe="plan")
     decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)
     if decision.probe:
         root_fd = securepath.open_dir(os.path.abspath(rootfs))
@@ -160,10 +160,12 @@ def plan(
 def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None:
     """Check the installation as the hook and the runtimes will see it: the config (schema,
     request.allow regexes, trust of every file it reads), the profile against the source root
-    (a partial driver fails: dangling soname links, a missing driver_version library that
-    would drop the firmware), ldconfig, the config cache dir, the hooks.d directories podman
-    (rootless podman, for a user) and CRI-O read by their configuration files, every hooks.d
-    file there as they parse it (Go's JSON, Go's regexp), and where ocihook is registered.
+    (a partial driver fails: dangling soname links, a library whose DT_SONAME its soname link
+    does not name, one that is not ELF, a missing driver_version library that would drop the
+    firmware; soname links the container gets that the host lacks are warnings), ldconfig,
+    the config cache dir, the hooks.d directories podman (rootless podman, for a user) and
+    CRI-O read by their configuration files, every hooks.d file there as they parse it (Go's
+    JSON, Go's regexp), and where ocihook is registered.
 
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
@@ -265,7 +267,8 @@ def _check_driver(config: dict, ok, bad, warn) -> None:
 
     try:
         with Roots(config["source_root"], config["device_root"]) as roots:
-            result = build_plan(config, roots, parse_request("all", "check"), "plan")
+            request = parse_request("all", "check")
+            result = build_plan(config, roots, request, verify=True, describe="plan")
         version = (
             f"driver {result.driver_version} (from {result.version_source})"
             if result.driver_version

@@ -29,8 +29,8 @@ from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 5  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
-# 4: ldconfig.writer; 5: devices.nvidia, devices.cdi_kind
+CACHE_FORMAT = 6  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+# 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -76,6 +76,8 @@ PROFILE_DEFAULTS: dict = {
     "library_dirs32": ["/usr/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"],
     "library_dirs_first": False,
     "ld_cache": "/etc/ld.so.cache",
+    "ld_conf": "/etc/ld.so.conf",
+    "variables": {},
     "libraries": [],
     "binary_dirs": ["/usr/bin", "/usr/sbin", "/bin", "/sbin"],
     "binaries": [],
@@ -354,6 +356,7 @@ def _compile(path: str) -> tuple[dict, list, bool]:
     if document is None:
         document = {}
     _validate(document, full_schema, f"config {path}")
+    variables = document.pop("variables", None) or {}
     config = _merge(DEFAULTS, document)
     _compile_allow(config["request"]["allow"], config["request"]["trusted_annotations"], path)
     files = [[path, "config", key]]
@@ -382,7 +385,46 @@ def _compile(path: str) -> tuple[dict, list, bool]:
             )
     config["profile"] = _merge(PROFILE_DEFAULTS, profile)
     _check_capabilities(config["profile"])
+    _set_variables(config["profile"], variables, path)
     return config, files, racy
+
+
+def _set_variables(profile: dict, values: dict[str, str], path: str) -> None:
+    """The profile's `variables` with the config's values (only names the profile has),
+    substituted into its `files` and `firmware` paths and targets now: the hook reads the
+    result ({version} stays for discovery)."""
+    declared = profile["variables"]
+    for name in values:
+        if name not in declared:
+            raise OcihookError(
+                f"config {path}: variables: {name!r} is not a variable of profile "
+                f"{profile['name']} (it has: {', '.join(declared) or 'none'})"
+            )
+    resolved = {**declared, **values}
+    profile["variables"] = resolved
+
+    def fill(text: str) -> str:
+        for name, value in resolved.items():
+            text = text.replace(f"{{{name}}}", value)
+        left = text.replace("{version}", "")
+        if "{" in left:
+            unknown = left[left.index("{") :].split("}", 1)[0] + "}"
+            raise OcihookError(
+                f"profile {profile['name']}: {text}: unknown variable {unknown} (variables: "
+                f"{', '.join(resolved) or 'none'}, and {{version}})"
+            )
+        return text
+
+    for part in [profile, *profile["capabilities"].values()]:
+        if part.get("firmware"):
+            part["firmware"] = [fill(f) for f in part["firmware"]]
+        if part.get("files"):
+            part["files"] = [
+                fill(f)
+                if isinstance(f, str)
+                else {**f, **{k: fill(f[k]) for k in ("path", "target") if k in f}}
+                for f in part["files"]
+            ]
 
 
 def _compile_allow(allow: list[dict], trusted: list[str], path: str) -> None:

@@ -60,8 +60,8 @@ def update(
     `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why."""
     ld_dirs = plan.ld_dirs
     why = "ldconfig.writer is ldconfig"
+    libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
     if plan.ld_writer == "native":
-        libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
         why = _native(writer, root_fd, ld_dirs, libraries)
         if why is None:
             if debug:
@@ -69,6 +69,9 @@ def update(
             return "native"
     if debug:
         debug(f"ld cache: sandboxed ldconfig ({why})")
+    # ldconfig keys each library by its DT_SONAME as well: the same check of the names the
+    # native writer makes (an OcihookError when a soname names nothing in its dir).
+    ldnative.library_entries(root_fd, ld_dirs, libraries)
     update_cache(ldconfig_fd, root_fd, rootfs, ld_dirs, uid, gid, ldconfig_path)
     return "ldconfig"
 

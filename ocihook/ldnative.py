@@ -14,28 +14,18 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import struct
 
-from ocihook import ldsocache, securepath
+from ocihook import elf, ldsocache, securepath
+from ocihook.errors import OcihookError
 
 CACHE = "/etc/ld.so.cache"
 GENERATOR = b"ocihook (the image's ld.so.cache plus the injected libraries)"
-MAX_PHNUM = 512
-MAX_DYNAMIC = 1 << 16
-MAX_NAME = 4096
-MAX_NEEDED = 256
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ = elf.READ
 EM_386, EM_X86_64 = 3, 62
-PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
-DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME = 0, 1, 5, 14
 # ldconfig's libc6 marker for 32-bit x86 libraries (elf/readlib.c known_libs); older libcs
 # would get other flags: such a library takes the ldconfig path.
 LIBC6_NAMES = (b"libc.so.6", b"libm.so.6")
 OLD_LIBC_NAMES = (b"libc.so.5", b"libm.so.5", b"libc.so.4", b"libm.so.4")
-_ELF = {  # class -> (ehdr: phoff, phentsize, phnum), phdr, dyn
-    1: (struct.Struct("<28xI10xHH"), struct.Struct("<IIIIIIII"), struct.Struct("<iI")),
-    2: (struct.Struct("<32xQ14xHH"), struct.Struct("<IIQQQQQQ"), struct.Struct("<qQ")),
-}
 
 
 def is_dso_name(name: str) -> bool:
@@ -46,85 +36,39 @@ def is_dso_name(name: str) -> bool:
 def elf_entry(fd: int, name: str) -> tuple[bytes, int] | str:
     """(soname, cache flags) of the ELF shared library open as `fd` (file name `name`), as
     ldconfig records it on x86_64; or why it cannot be told."""
-    head = os.pread(fd, 64, 0)
-    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] not in _ELF or head[5] != 1:
-        return "not a little-endian ELF file"
-    elfclass = head[4]
-    ehdr, phdr, dyn = _ELF[elfclass]
-    (e_type, machine) = struct.unpack_from("<HH", head, 16)
-    if e_type != 3:
-        return "not a shared object"
-    phoff, phentsize, phnum = ehdr.unpack_from(head, 0)
-    if phentsize != phdr.size or not 0 < phnum <= MAX_PHNUM:
-        return "malformed program headers"
-    table = os.pread(fd, phentsize * phnum, phoff)
-    if len(table) < phentsize * phnum:
-        return "truncated program headers"
-    loads = []
-    dynamic = None
-    for i in range(phnum):
-        fields = phdr.unpack_from(table, i * phentsize)
-        if elfclass == 2:
-            p_type, _, offset, vaddr, _, filesz = fields[:6]
-        else:
-            p_type, offset, vaddr, _, filesz = fields[:5]
-        if p_type == PT_INTERP:
-            return "has a program interpreter"
-        if p_type == PT_LOAD:
-            loads.append((vaddr, offset, filesz))
-        elif p_type == PT_DYNAMIC:
-            dynamic = (offset, filesz)
-    if dynamic is None or dynamic[1] > MAX_DYNAMIC:
-        return "no dynamic section"
-    data = os.pread(fd, dynamic[1], dynamic[0])
-    strtab = soname = None
-    needed = []
-    for tag, value in dyn.iter_unpack(data[: len(data) - len(data) % dyn.size]):
-        if tag == DT_NULL:
-            break
-        if tag == DT_STRTAB:
-            strtab = value
-        elif tag == DT_SONAME:
-            soname = value
-        elif tag == DT_NEEDED:
-            needed.append(value)
-    if len(needed) > MAX_NEEDED:
-        return f"{len(needed)} DT_NEEDED entries"
-    if strtab is None:
-        return "no string table"
-    base = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
-    if base is None:
-        return "no string table"
-    try:
-        # (only 32-bit x86 libraries' flags depend on what they link against)
-        names = [_string(fd, base + at) for at in needed] if machine == EM_386 else []
-        key = _string(fd, base + soname) if soname is not None else name.encode()
-    except ValueError as error:
-        return str(error)
+    return _entry(elf.read_library(fd, needed_for=(EM_386,)), name)
+
+
+def _entry(found: elf.Library | str, name: str) -> tuple[bytes, int] | str:
+    """(soname, flags) from the headers elf.py read (only 32-bit x86 libraries' flags
+    depend on what they link against)."""
+    if isinstance(found, str):
+        return found
+    if found.interp:
+        return "has a program interpreter"
+    key = found.soname if found.soname is not None else name.encode()
     if not key or b"/" in key or not key.isascii():
         return f"soname {key!r}"
-    if machine == EM_X86_64:
-        arch = ldsocache.FLAG_X8664_LIB64 if elfclass == 2 else ldsocache.FLAG_X8664_LIBX32
+    if found.machine == EM_X86_64:
+        wide = found.elfclass == elf.ELFCLASS64
+        arch = ldsocache.FLAG_X8664_LIB64 if wide else ldsocache.FLAG_X8664_LIBX32
         return key, ldsocache.FLAG_ELF_LIBC6 | arch
-    if machine == EM_386 and elfclass == 1:
-        if any(n in OLD_LIBC_NAMES for n in names):
+    if found.machine == EM_386 and found.elfclass == elf.ELFCLASS32:
+        if any(n in OLD_LIBC_NAMES for n in found.needed):
             return "linked against an old libc"
-        libc6 = any(n in LIBC6_NAMES for n in names)
+        libc6 = any(n in LIBC6_NAMES for n in found.needed)
         return key, ldsocache.FLAG_ELF_LIBC6 if libc6 else ldsocache.FLAG_ELF
-    return f"ELF machine {machine}"
-
-
-def _string(fd: int, offset: int) -> bytes:
-    chunk = os.pread(fd, MAX_NAME, offset)
-    stop = chunk.find(b"\0")
-    if stop < 0:
-        raise ValueError("a name outside the file")
-    return chunk[:stop]
+    return f"ELF machine {found.machine}"
 
 
 def library_entries(root_fd: int, ld_dirs: list[str], targets: list[str]) -> list | str:
     """The entries ldconfig -X would add for the injected libraries `targets` (container
-    paths) in `ld_dirs`, in ldconfig's order (directory by directory); or why not."""
+    paths) in `ld_dirs`, in ldconfig's order (directory by directory); or why not.
+
+    An entry is keyed by the library's DT_SONAME and names `<dir>/<soname>`: when nothing
+    of that name is in the dir (the plan's soname link has another name), the library
+    would not load; that is an OcihookError, not a reason (ldconfig would write the same
+    entry)."""
     entries: list[ldsocache.FullEntry] = []
     seen = set()
     for directory in ld_dirs:
@@ -143,6 +87,12 @@ def library_entries(root_fd: int, ld_dirs: list[str], targets: list[str]) -> lis
                 if isinstance(found, str):
                     return f"{prefix}{name}: {found}"
                 key, flags = found
+                if key != name.encode() and not _present(dir_fd, key):
+                    raise OcihookError(
+                        f"container {prefix}{name}: DT_SONAME {key.decode()} names nothing in "
+                        f"{directory} (the driver's soname link has another name): programs "
+                        "would not load it"
+                    )
                 entry = (key, prefix.encode() + key, flags, 0)
                 if entry not in seen:
                     seen.add(entry)
@@ -152,21 +102,16 @@ def library_entries(root_fd: int, ld_dirs: list[str], targets: list[str]) -> lis
     return entries
 
 
+def _present(dir_fd: int, name: bytes) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
 def _entry_at(dir_fd: int, name: str) -> tuple[bytes, int] | str:
-    try:
-        fd = os.open(name, _READ, dir_fd=dir_fd)
-    except OSError as error:
-        return error.strerror or "cannot open"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not a regular file"
-        return elf_entry(fd, name)
-    except OSError as error:
-        return error.strerror or "cannot read"
-    except (OverflowError, ValueError):  # an offset past what pread takes
-        return "an offset outside the file"
-    finally:
-        os.close(fd)
+    return _entry(elf.read_at(dir_fd, name, needed_for=(EM_386,)), name)
 
 
 def read_cache(etc_fd: int) -> bytes | str:

@@ -181,7 +181,8 @@ def build_plan(config: dict, devices: str, describe: str | None = None):
     from ocihook.roots import Roots
 
     with Roots(config["source_root"], config["device_root"]) as roots:
-        return build(config, roots, parse_request(devices, "--devices"), describe)
+        request = parse_request(devices, "--devices")
+        return build(config, roots, request, verify=bool(describe), describe=describe)
 
 
 def requests(truth: dict, config: dict) -> list[tuple[str, str, set[str]]]:

@@ -171,14 +171,15 @@ def test_writable_directory_needs_a_label_containers_can_write(tmp_path):
 
 
 def test_compat32_libraries_go_to_the_images_32_bit_dir(hook_setup, image_debian, tmp_path):
-    """Stand-in: the "32-bit" libsynth is a copy of the 64-bit one (no 32-bit toolchain
-    here); what is checked is where it lands in a Debian image and that the image's ld
-    cache is updated for that dir, not that a 32-bit program loads it."""
+    """Stand-in: the 32-bit libsynth is a real i386 shared object with its DT_SONAME but no
+    code a program calls (binutils only: no 32-bit gcc runtime here); what is checked is
+    where it lands in a Debian image and that the image's ld cache is updated for that
+    dir, not that a 32-bit program loads it."""
     root = synthetic.build_driver(tmp_path / "drv")
     real = f"libsynth.so.{synthetic.VERSION}"
     i386 = root / "usr/lib/i386-linux-gnu"
-    i386.mkdir(parents=True)
-    (i386 / real).write_bytes((root / synthetic.MULTIARCH / real).read_bytes())
+    (tmp_path / "work").mkdir()
+    synthetic.i386_library(i386 / real, "libsynth.so.1", tmp_path / "work")
     os.symlink(real, i386 / "libsynth.so.1")
     profile = _profile(
         libraries=[],

@@ -29,10 +29,10 @@ MULTI, I386 = "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"
 
 
 def plan(
-    root: Path, *args: str, tmp: Path, profile: str | dict = "nvidia"
+    root: Path, *args: str, tmp: Path, profile: str | dict = "nvidia", **settings
 ) -> subprocess.CompletedProcess:
     config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump(synthetic.config(root, profile=profile)))
+    config.write_text(yaml.safe_dump(synthetic.config(root, profile=profile, **settings)))
     return run_plan(config, *args)
 
 
@@ -55,13 +55,19 @@ GOLDEN_ARGS = {
     "nvidia-nnn": [],
     "gcp": ["--devices", "0"],
     "stale": ["--lib-dir", MULTI],
+    "mps": ["--lib-dir", "/usr/lib64"],
+    "legacy-tls": ["--capabilities", "all", "--lib-dir", MULTI],
+    "biarch-conf": ["--capabilities", "compute,utility,compat32", "--lib-dir", MULTI],
+    "runfile": ["--lib-dir", "/usr/lib64"],
 }
+# layout -> config settings for its golden
+GOLDEN_CONFIG = {"mps": {"variables": {"CUDA_MPS_PIPE_DIRECTORY": hosts.MPS_PIPE_DIR}}}
 
 
 @pytest.mark.parametrize("layout", sorted(hosts.LAYOUTS))
 def test_golden_plan(layout, tmp_path):
     root = hosts.LAYOUTS[layout](tmp_path / "host")
-    result = plan(root, *GOLDEN_ARGS[layout], tmp=tmp_path)
+    result = plan(root, *GOLDEN_ARGS[layout], tmp=tmp_path, **GOLDEN_CONFIG.get(layout, {}))
     assert result.returncode == 0, result.stderr
     text = result.stdout.replace(str(root), "<root>")
     golden = GOLDEN / f"{layout}.txt"

@@ -38,17 +38,7 @@ def _gcc_lib(path: Path, soname: str | None, work: Path) -> None:
 
 
 def _i386_lib(path: Path, soname: str, work: Path, needs_libc: bool) -> None:
-    """A real 32-bit x86 shared object (binutils only: no 32-bit gcc runtime here)."""
-    (work / "f32.s").write_text(".globl f\nf:\n ret\n")
-    subprocess.run(["as", "--32", "-o", str(work / "f32.o"), str(work / "f32.s")], check=True)
-    stub = work / "stub32" / "libc.so.6"
-    if not stub.exists():
-        stub.parent.mkdir(parents=True, exist_ok=True)
-        ld = ["ld", "-m", "elf_i386", "-shared", "-soname", "libc.so.6"]
-        subprocess.run(ld + ["-o", str(stub), str(work / "f32.o")], check=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ld = ["ld", "-m", "elf_i386", "-shared", "-soname", soname, "-o", str(path)]
-    subprocess.run(ld + [str(work / "f32.o")] + ([str(stub)] if needs_libc else []), check=True)
+    synthetic.i386_library(path, soname, work, needs_libc)
 
 
 def _inject(root: Path, directory: str, real: Path, soname: str | None = None) -> str:

@@ -34,7 +34,8 @@ NVIDIA_LIBS = {
 
 
 def nvidia_tree(root: Path) -> Path:
-    """Files where the NVIDIA .run installer / distro packages put them (contents are dummies)."""
+    """Files where the NVIDIA .run installer / distro packages put them (the libraries are
+    ELF stand-ins with their class and DT_SONAME, tests/support/elfgen.py; the rest dummies)."""
     lib = root / "usr/lib/x86_64-linux-gnu"
     lib32 = root / "usr/lib/i386-linux-gnu"
     for d in (
@@ -48,8 +49,9 @@ def nvidia_tree(root: Path) -> Path:
         d.mkdir(parents=True, exist_ok=True)
     for base, sonames in NVIDIA_LIBS.items():
         real = f"{base}.{NVIDIA_VERSION}"
-        (lib / real).write_bytes(b"\x7fELF dummy")
-        (lib32 / real).write_bytes(b"\x7fELF dummy 32-bit")
+        soname = f"{base}.{sonames[0]}" if sonames else real
+        (lib / real).write_bytes(hosts.library(soname, 64, "dummy"))
+        (lib32 / real).write_bytes(hosts.library(soname, 32, "dummy 32-bit"))
         for soname in sonames:
             os.symlink(real, lib / f"{base}.{soname}")
         os.symlink(

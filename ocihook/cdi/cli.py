@@ -97,7 +97,8 @@ def generate(
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
     with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = build_plan(config, roots, parse_request("all", "cdi generate"), "strict")
+        request = parse_request("all", "cdi generate")
+        plan = build_plan(config, roots, request, verify=True, describe="strict")
     plan = finalize(plan, decide(config, Target(STATIC, lib_dir=lib_dir), plan))
     profile = config["profile"]
     kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))

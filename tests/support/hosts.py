@@ -1,8 +1,9 @@
 """Fake NVIDIA driver installs laid out like real hosts, each with its own ld.so.cache.
 
-The library files are stand-ins (an ELF identification header and a name, nothing the hook
-loads); the ld.so.cache is written by `write_ld_cache` in glibc's binary format (checked
-against the host's own ldconfig in tests/test_ldsocache.py). Device nodes are char nodes
+The library files are stand-ins: ELF shared objects with the class, machine and DT_SONAME
+of the real ones and no code (tests/support/elfgen.py; nothing loads them); the
+ld.so.cache is written by `write_ld_cache` in glibc's binary format (checked against the
+host's own ldconfig in tests/test_ldsocache.py). Device nodes are char nodes
 with NVIDIA's numbers (majors 195 and 510, which no driver of a test machine registers:
 checked where a container opens them, so that open() fails with ENXIO, or EPERM where the
 cgroup denies it); the kernel module version is a file under the device root, where the
@@ -16,8 +17,13 @@ import socket
 import struct
 from pathlib import Path
 
+from tests.support import elfgen
+
 VERSION = "550.54.14"
 OLD = "535.104.05"
+LEGACY = "340.108"
+TLS_HWCAP = 1 << 63  # ldconfig's hwcap bit of a tls/ subdir (glibc before 2.37)
+MPS_PIPE_DIR = "/run/nvidia-mps"
 X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
 I386 = 0x0003  # FLAG_ELF_LIBC6
 NODES = {
@@ -62,8 +68,16 @@ BINARIES = (
 )
 
 
-def write_ld_cache(path: Path, entries: list[tuple[str, str, int]]) -> None:
-    """An ld.so.cache in glibc's "glibc-ld.so.cache1.1" format (what `ldconfig` writes)."""
+def library(soname: str, bits: int = 64, note: str = "") -> bytes:
+    """A stand-in driver library: an ELF shared object of `bits` with DT_SONAME `soname`
+    (32-bit ones need libc.so.6, as the driver's do: ldconfig flags them libc6)."""
+    needed = ("libc.so.6",) if bits == 32 else ()
+    return elfgen.shared_object(soname, bits, needed, note)
+
+
+def write_ld_cache(path: Path, entries: list[tuple]) -> None:
+    """An ld.so.cache in glibc's "glibc-ld.so.cache1.1" format (what `ldconfig` writes), of
+    (soname, path, flags) entries, or (soname, path, flags, hwcap)."""
     strings = bytearray()
     offsets: dict[str, int] = {}
     header = struct.Struct("=20sIIB3xI12x")
@@ -76,7 +90,9 @@ def write_ld_cache(path: Path, entries: list[tuple[str, str, int]]) -> None:
             strings.extend(text.encode() + b"\0")
         return offsets[text]
 
-    table = b"".join(entry.pack(f, offset(k), offset(v), 0, 0) for k, v, f in entries)
+    table = b"".join(
+        entry.pack(e[2], offset(e[0]), offset(e[1]), 0, e[3] if len(e) > 3 else 0) for e in entries
+    )
     data = header.pack(b"glibc-ld.so.cache1.1", len(entries), len(strings), 2, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data + table + bytes(strings))
@@ -112,22 +128,26 @@ class Tree:
         bits: int = 64,
         cache: bool = True,
         link_dir: str | None = None,
+        soname_links: bool = True,
+        hwcap: int = 0,
     ) -> None:
         """`<base>.<version>` files in `directory` with soname links; the soname links (or,
-        with `link_dir`, links there to them) are what ldconfig lists."""
+        with `link_dir`, links there to them) are what ldconfig lists. Without
+        `soname_links` the files alone (what an unpacked .run payload has); `hwcap`: the
+        cache entries' (1 << 63 for a tls/ subdir, as glibc before 2.37 wrote them)."""
         for base, soname in libs.items():
             real = f"{base}.{version}"
-            ident = b"\x7fELF" + (b"\x02" if bits == 64 else b"\x01") + b"\x01\x01"
-            self.file(f"{directory}/{real}", ident + real.encode(), 0o755)
             name = f"{base}.{soname}" if soname else real
-            if soname:
+            self.file(f"{directory}/{real}", library(name, bits, real), 0o755)
+            if soname and soname_links:
                 self.link(f"{directory}/{name}", real)
             listed = directory
             if link_dir:
                 self.link(f"{link_dir}/{name}", f"{directory}/{name}")
                 listed = link_dir
             if cache:
-                self.cache.append((name, f"{listed}/{name}", X86_64 if bits == 64 else I386))
+                flags = X86_64 if bits == 64 else I386
+                self.cache.append((name, f"{listed}/{name}", flags, hwcap))
 
     def binaries(self, directory: str, names=BINARIES) -> None:
         for name in names:
@@ -163,7 +183,7 @@ class Tree:
     def system_libraries(self, directory: str) -> None:
         """Libraries that are not the driver's, in the cache like on a real host."""
         for name in ("libc.so.6", "libm.so.6", "libGL.so.1", "libEGL.so.1"):
-            self.file(f"{directory}/{name}", b"\x7fELF\x02\x01\x01 system")
+            self.file(f"{directory}/{name}", library(name, 64, "system"))
             self.cache.append((name, f"{directory}/{name}", X86_64))
 
     def finish(self, cache: str | None = "/etc/ld.so.cache") -> Path:
@@ -268,8 +288,8 @@ def stale(root: Path, kernel: str | None = VERSION) -> Path:
     t.system_libraries(multi)
     t.libraries("/opt/nvidia-old/lib", {"libcuda.so": "1", "libnvidia-ml.so": "1"}, version=OLD)
     t.libraries(multi, {"libcuda.so": "1", "libnvidia-ml.so": "1", "libnvidia-cfg.so": "1"})
-    t.file(f"{multi}/libcuda.so.{OLD}", b"\x7fELF\x02\x01\x01 old copy")
-    t.file(f"{multi}/libcuda.so.{VERSION}.away", b"\x7fELF\x02\x01\x01 backup")
+    t.file(f"{multi}/libcuda.so.{OLD}", library("libcuda.so.1", 64, "old copy"))
+    t.file(f"{multi}/libcuda.so.{VERSION}.away", library("libcuda.so.1", 64, "backup"))
     t.binaries("/usr/bin", ("nvidia-smi",))
     t.firmware("/lib/firmware")
     t.firmware("/lib/firmware", OLD)
@@ -279,6 +299,104 @@ def stale(root: Path, kernel: str | None = VERSION) -> Path:
     return t.finish()
 
 
+def mps(root: Path) -> Path:
+    """RHEL with an MPS control daemon that a systemd unit starts with its own pipe and log
+    dirs (CUDA_MPS_PIPE_DIRECTORY=/run/nvidia-mps, CUDA_MPS_LOG_DIRECTORY=
+    /var/log/nvidia-mps): the config names the pipe dir (`variables`); the log dir is the
+    daemon's, not the clients'. Nothing at the default /tmp/nvidia-mps."""
+    t = Tree(root)
+    t.system_libraries("/usr/lib64")
+    t.libraries("/usr/lib64", {**UTILITY, **COMPUTE})
+    t.binaries("/usr/bin")
+    t.firmware("/lib/firmware")
+    t.socket(f"{MPS_PIPE_DIR}/control")
+    t.file(f"{MPS_PIPE_DIR}/control_lock")
+    t.file(f"{MPS_PIPE_DIR}/nvidia-cuda-mps-control.pid", b"2101\n")
+    t.file("/var/log/nvidia-mps/control.log", b"[2024-03-01 10:00:00.000 Control  2101] Start\n")
+    t.file(
+        "/etc/systemd/system/nvidia-mps.service",
+        f"[Service]\nEnvironment=CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIR}\n"
+        "Environment=CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps\n"
+        "ExecStart=/usr/bin/nvidia-cuda-mps-control -d\n".encode(),
+    )
+    t.kernel(VERSION, "proc")
+    t.devices()
+    return t.finish()
+
+
+def legacy_tls(root: Path) -> Path:
+    """Ubuntu 16.04's nvidia-340 packages (glibc 2.23): the driver in versioned dirs
+    /usr/lib/nvidia-340 and /usr/lib32/nvidia-340 named by an ld.so.conf.d entry (through
+    /etc/alternatives), libnvidia-tls twice in each: the classic one and tls/'s for the new
+    TLS ABI, which the ld cache lists first (a tls hwcap entry); libcuda (libcuda1-340) and
+    OpenCL in the multiarch dirs; no GSP firmware (340 has none)."""
+    t = Tree(root)
+    multi, i386 = "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"
+    v = LEGACY
+    lib, lib32 = f"/usr/lib/nvidia-{v.split('.')[0]}", f"/usr/lib32/nvidia-{v.split('.')[0]}"
+    t.system_libraries(multi)
+    tls = {"libnvidia-tls.so": ""}
+    for directory, bits in ((lib, 64), (lib32, 32)):
+        t.libraries(f"{directory}/tls", tls, version=v, bits=bits, hwcap=TLS_HWCAP)
+        t.libraries(directory, tls, version=v, bits=bits)
+    t.libraries(
+        lib, {"libnvidia-ml.so": "1", "libnvidia-cfg.so": "1", "libnvidia-compiler.so": ""}, v
+    )
+    t.libraries(lib, {"libnvidia-encode.so": "1", "libnvcuvid.so": "1", "libnvidia-fbc.so": "1"}, v)
+    t.libraries(lib, {"libnvidia-glcore.so": "", "libnvidia-ifr.so": "1"}, v)
+    t.libraries(f"{lib}/vdpau", {"libvdpau_nvidia.so": "1"}, version=v, cache=False)
+    t.libraries(lib32, {"libnvidia-ml.so": "1", "libnvidia-glcore.so": ""}, version=v, bits=32)
+    t.libraries(multi, {"libcuda.so": "1", "libnvidia-opencl.so": "1"}, version=v)
+    t.libraries(i386, {"libcuda.so": "1"}, version=v, bits=32)
+    t.file(f"{lib}/ld.so.conf", f"{lib}\n{lib32}\n".encode())
+    t.link("/etc/alternatives/x86_64-linux-gnu_gl_conf", f"{lib}/ld.so.conf")
+    t.link(
+        "/etc/ld.so.conf.d/x86_64-linux-gnu_GL.conf", "/etc/alternatives/x86_64-linux-gnu_gl_conf"
+    )
+    t.file("/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n")
+    t.binaries("/usr/bin", ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"))
+    t.binaries("/usr/bin", ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"))
+    t.kernel(v, "proc")
+    t.devices({k: v for k, v in NODES.items() if k != "nvidia-uvm-tools"})
+    return t.finish()
+
+
+def biarch_conf(root: Path) -> Path:
+    """A driver volume (the root a driver container shares) that never ran ldconfig: no
+    /etc/ld.so.cache; the driver in /usr/lib/nvidia-550 and its 32-bit copies, of the
+    same names, in /usr/lib32/nvidia-550, both named in ld.so.conf.d, the 32-bit one first
+    (i386-linux-gnu_GL.conf sorts before x86_64-linux-gnu_GL.conf). Only the ELF class
+    tells the copies apart."""
+    t = Tree(root)
+    lib, lib32 = "/usr/lib/nvidia-550", "/usr/lib32/nvidia-550"
+    t.libraries(lib32, {"libcuda.so": "1", "libnvidia-ml.so": "1"}, bits=32, cache=False)
+    t.libraries(
+        lib, {**UTILITY, "libcuda.so": "1", "libnvidia-ptxjitcompiler.so": "1"}, cache=False
+    )
+    t.file("/etc/ld.so.conf", b"# libc default configuration\ninclude /etc/ld.so.conf.d/*.conf\n")
+    t.file("/etc/ld.so.conf.d/i386-linux-gnu_GL.conf", f"# 32-bit GL\n{lib32}\n".encode())
+    t.file("/etc/ld.so.conf.d/x86_64-linux-gnu_GL.conf", f"{lib}\n".encode())
+    t.file("/etc/ld.so.conf.d/libc.conf", b"/usr/local/lib\n")
+    t.binaries("/usr/bin", ("nvidia-smi",))
+    t.firmware("/lib/firmware")
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish(cache=None)
+
+
+def runfile(root: Path) -> Path:
+    """A driver volume made of the files NVIDIA's .run package carries (`--extract-only`,
+    copied into /usr/lib64 without running the installer, which makes the soname links and
+    runs ldconfig): versioned libraries only, no soname links, no ld cache."""
+    t = Tree(root)
+    t.libraries("/usr/lib64", {**UTILITY, **COMPUTE}, cache=False, soname_links=False)
+    t.binaries("/usr/bin", ("nvidia-smi",))
+    t.firmware("/lib/firmware")
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish(cache=None)
+
+
 LAYOUTS = {
     "ubuntu": ubuntu,
     "rhel": rhel,
@@ -286,4 +404,8 @@ LAYOUTS = {
     "nvidia-nnn": nvidia_nnn,
     "gcp": gcp,
     "stale": stale,
+    "mps": mps,
+    "legacy-tls": legacy_tls,
+    "biarch-conf": biarch_conf,
+    "runfile": runfile,
 }

@@ -134,6 +134,22 @@ def _compile() -> Path:
     return out
 
 
+def i386_library(path: Path, soname: str, work: Path, needs_libc: bool = True) -> None:
+    """A real 32-bit x86 shared object with DT_SONAME `soname` (binutils only: no 32-bit
+    gcc runtime here), linked against a stub libc.so.6 when `needs_libc` (as ldconfig's
+    libc6 flag needs)."""
+    (work / "f32.s").write_text(".globl f\nf:\n ret\n")
+    subprocess.run(["as", "--32", "-o", str(work / "f32.o"), str(work / "f32.s")], check=True)
+    stub = work / "stub32" / "libc.so.6"
+    if not stub.exists():
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        ld = ["ld", "-m", "elf_i386", "-shared", "-soname", "libc.so.6"]
+        subprocess.run(ld + ["-o", str(stub), str(work / "f32.o")], check=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ld = ["ld", "-m", "elf_i386", "-shared", "-soname", soname, "-o", str(path)]
+    subprocess.run(ld + [str(work / "f32.o")] + ([str(stub)] if needs_libc else []), check=True)
+
+
 def _mknod(path: Path, major: int, minor: int) -> None:
     os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
     os.chmod(path, 0o666)
