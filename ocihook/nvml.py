@@ -212,9 +212,16 @@ def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        import errno
+
         from ocihook import privileges
 
-        privileges.drop_capabilities()  # the bounding set, then every set; no_new_privs
+        try:
+            privileges.drop_bounding_set()
+        except OSError as error:  # no CAP_SETPCAP (`ocihook plan` as a user): none to drop
+            if error.errno != errno.EPERM:
+                raise
+        privileges.clear_capabilities()  # every set empty; no_new_privs: none comes back
         lines = _ask(f"/proc/self/fd/{library_fd}")
         code = 0
     except BaseException as error:  # noqa: BLE001 - whatever happened is the answer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -345,3 +346,27 @@ def test_plan_lists_what_nvml_could_not_tell_as_a_warning(tmp_path):
     result = run_plan(config, "--devices", "0")
     assert result.returncode == 0, result.stderr
     assert "warning: MIG devices not listed: NVML " in result.stdout
+
+
+@pytest.mark.root
+def test_plan_as_a_user_asks_nvml_too(tmp_path):
+    """`ocihook plan` run by a user (no CAP_SETPCAP: no bounding set to drop) still asks
+    the stand-in NVML in its child, with every capability set empty."""
+    import subprocess
+
+    config, _ = setup(tmp_path)
+    for path in (tmp_path, *tmp_path.parents):  # the user may enter the stand-in's tree
+        if path == Path("/tmp"):
+            break
+        os.chmod(path, os.stat(path).st_mode | 0o005)
+    result = subprocess.run(
+        ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        + [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)]
+        + ["--devices", "0:1"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"MIG 0:1 {MIG1.uuid} (on index 0, GI 3, CI 0):" in result.stdout
