@@ -10,8 +10,9 @@ a child that first:
 - leaves its own process group (the parent kills the whole group at the time limit);
 - points stdin, stdout and stderr at /dev/null and closes every other fd but the library
   and the answer pipe (no container, config or state fd reaches the driver's code);
-- drops every capability (effective, permitted, inheritable, ambient, the bounding set)
-  and sets no_new_privs, so that nothing it executes regains one; it keeps uid 0, which
+- drops every capability (effective, permitted, inheritable, ambient; the bounding set where
+  it may: a user running `ocihook plan` has no capability to drop there) and sets
+  no_new_privs, so that nothing it executes regains one; it keeps uid 0, which
   opening the GPU's nodes (`/dev/nvidiactl`, `/dev/nvidia-caps/*`: root's, often 0600 or
   0400) needs, but without CAP_DAC_OVERRIDE it may open only what root owns or anyone may;
 - no core dump (the driver's memory stays out of the crash handler's hands).
