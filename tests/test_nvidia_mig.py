@@ -370,3 +370,23 @@ def test_plan_as_a_user_asks_nvml_too(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert f"MIG 0:1 {MIG1.uuid} (on index 0, GI 3, CI 0):" in result.stdout
+
+
+@pytest.mark.root
+def test_check_lists_uuids_and_mig_devices(tmp_path):
+    """Stand-in: `ocihook check` names each GPU with its address and UUID, and each MIG
+    device with its UUID, GI, CI and nodes."""
+    import subprocess
+
+    config, host = setup(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+        + ["--hooks-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    lines = result.stdout.splitlines()
+    assert f"ok      device 1: {GPU1.address} nvidia {GPU1.uuid} /dev/nvidia1" in lines
+    gi, ci = host.instance_nodes(GPU0, MIG1)
+    assert f"ok      MIG device 0:1: {MIG1.uuid} GI 3 CI 0 /dev/nvidia0 {gi} {ci}" in lines
