@@ -101,11 +101,9 @@ def test_injected_files_are_read_only_nosuid_nodev(hook_setup, image_busybox):
 
 
 def test_record_written_and_kept_exited_at_poststop(hook_setup, image_busybox):
+    name = podman.unique_name("ocihook-record-test")
     result = hook_setup.run(
-        image_busybox,
-        ["/bin/sleep", "60"],
-        devices="0",
-        extra=["-d", "--name", "ocihook-record-test"],
+        image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
     )
     try:
         assert result.returncode == 0, result.stderr
@@ -127,7 +125,7 @@ def test_record_written_and_kept_exited_at_poststop(hook_setup, image_busybox):
         )
         assert f"{record['id']}: injected" in hook_setup.log.read_text()
     finally:
-        podman.remove("ocihook-record-test")
+        podman.remove(name)
     (path,) = hook_setup.records()
     assert json.loads(path.read_text())["status"] == "exited"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -44,13 +45,22 @@ def profile_with(**nvidia) -> dict:
 def stable(text: str, host: nvidia_mig.MigHost) -> str:
     """The plan text with the host's picked cap devices named by their cap file (the picked
     numbers differ between kernels) and the tree's path as <root>."""
-    import re
-
     text = text.replace(str(host.root), "<root>")
     for cap, device in host.caps.items():
         text = re.sub(rf"nvidia-cap{device.minor}(?!\d)", f"nvidia-cap<{cap}>", text)
         text = text.replace(f"c {device.major}:{device.minor} ", f"c <caps>:<{cap}> ")
     return text
+
+
+def stable_spec(spec: dict) -> dict:
+    """The CDI spec with the picked cap devices' numbers (which differ between kernels) named
+    like their paths: `<caps>` for the major, the cap file for the minor."""
+    for device in spec["devices"]:
+        for node in device["containerEdits"].get("deviceNodes", []):
+            cap = re.search(r"nvidia-cap<([^>]+)>", node["path"])
+            if cap:
+                node["major"], node["minor"] = "<caps>", f"<{cap.group(1)}>"
+    return spec
 
 
 def plan(config: Path, devices: str) -> dict:
@@ -303,7 +313,7 @@ def test_cdi_spec_names_every_gpu_and_mig_device_as_nvidias_generator_does(tmp_p
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
-    spec = json.loads(stable(result.stdout, host))
+    spec = stable_spec(json.loads(stable(result.stdout, host)))
     assert spec["kind"] == "nvidia.com/gpu"
     names = [d["name"] for d in spec["devices"]]
     assert names == ["0", GPU0.uuid, "1", GPU1.uuid, "0:0", MIG0.uuid, "0:1", MIG1.uuid, "all"]

@@ -22,7 +22,7 @@ def read(path) -> dict:
 
 
 def test_record_running_then_exited(hook_setup, image_busybox):
-    name = "ocihook-i12-lifecycle"
+    name = podman.unique_name("ocihook-i12-lifecycle")
     started = time.time()
     result = hook_setup.run(
         image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
@@ -86,7 +86,7 @@ def test_orphan_marked_by_next_prestart(hook_setup, image_busybox):
 
 
 def test_sweep_leaves_a_live_container_running(hook_setup, image_busybox):
-    name = "ocihook-i12-live"
+    name = podman.unique_name("ocihook-i12-live")
     result = hook_setup.run(
         image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
     )
@@ -118,7 +118,7 @@ def test_pruned_by_count(hook_setup, synth_root, image_busybox):
 def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, image_busybox):
     config = base_config(hook_setup.dir, synth_root, records={"max_age": 600})
     hook_setup.write_config(**config)
-    name = "ocihook-i12-age"
+    name = podman.unique_name("ocihook-i12-age")
     result = hook_setup.run(
         image_busybox, ["/bin/sleep", "60"], devices="0", extra=["-d", "--name", name]
     )

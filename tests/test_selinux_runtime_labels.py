@@ -58,7 +58,7 @@ def test_created_files_links_and_nodes_carry_the_mount_label(
             selinux={"mode": "enabled"},
         )
     )
-    name = "ocihook-label-test"
+    name = podman.unique_name("ocihook-label-test")
     result = podman.run(
         image_busybox,
         ["/bin/sleep", "60"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -59,6 +60,13 @@ def run(
     args += list(extra or [])
     args += [image, *command]
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def unique_name(prefix: str) -> str:
+    """A container name no other run on this machine uses: `prefix` and a random suffix. A
+    fixed name fails a test when any container of that name is left in podman's storage (by
+    an earlier run, or by podman itself)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 def remove(name: str) -> None:
