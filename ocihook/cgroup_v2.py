@@ -114,8 +114,9 @@ def _load(insns: list[bpf.Insn], old: _Prog, path: str) -> int:
         ) from None
 
 
-def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
-    """Load make(old instructions) for each attached program, then swap them all in."""
+def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> int:
+    """Load make(old instructions) for each attached program, then swap them all in;
+    returns how many were swapped."""
     flags, progs = programs(cg_fd, path)
     new_fds: list[int] = []
     try:
@@ -132,16 +133,18 @@ def _rewrite(cg_fd: int, path: str, make, required: bool = True) -> None:
             new_fds.append(_load(insns, prog, path))
             pairs.append((prog, new_fds[-1]))
         _replace_all(cg_fd, path, flags, pairs)
+        return len(pairs)
     finally:
         for fd in new_fds:
             os.close(fd)
         _close(progs)
 
 
-def prepend(cg_fd: int, path: str, rules: list[bpf.DeviceRule]) -> None:
-    """Put our allow blocks in front of every device program of the cgroup."""
+def prepend(cg_fd: int, path: str, rules: list[bpf.DeviceRule], required: bool = True) -> int:
+    """Put our allow blocks in front of every device program of the cgroup; returns how
+    many programs there were (`required`: none is an error)."""
     prefix = bpf.allow_prefix(rules)
-    _rewrite(cg_fd, path, lambda old: prefix + old)
+    return _rewrite(cg_fd, path, lambda old: prefix + old, required)
 
 
 def strip(cg_fd: int, path: str, rules: list[bpf.DeviceRule]) -> None:

@@ -4,6 +4,13 @@ cgroup v1 (the ``devices`` controller, also on hybrid hosts): one ``devices.allo
 cgroup v2: the runtime's BPF_PROG_TYPE_CGROUP_DEVICE program is replaced, atomically, by a copy
 that starts with our allow rules and then runs the runtime's own instructions unchanged
 (cgroup_v2.py, imported only on cgroup v2 hosts).
+
+crun with the systemd cgroup manager on cgroup v2 runs the container in a subgroup of its
+scope (`<scope>/container`, or the name in the `run.oci.systemd.subgroup` annotation, none
+when it is empty), and device programs may sit on either: crun 1.8 to 1.22 attach their own to
+the subgroup, and from 1.19 systemd attaches one to the scope for crun's DeviceAllow= (crun
+1.23 and later rely on that one alone). Every program of both gates the container, so both
+are extended; nothing above the container's own scope is ever touched.
 """
 
 from __future__ import annotations
@@ -20,13 +27,25 @@ V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
 
 
-class CgroupTarget(Struct):
-    """A container's cgroup directory: version "v1" (devices controller) or "v2"."""
+SUBGROUP_ANNOTATION = "run.oci.systemd.subgroup"
+DEFAULT_SUBGROUP = "container"  # crun's, with the systemd cgroup manager on cgroup v2
 
-    __slots__ = ("version", "path")
+
+class CgroupTarget(Struct):
+    """A container's cgroup directory: version "v1" (devices controller) or "v2"; `scope`:
+    the container's own cgroup (cgroupsPath) when the runtime put the process in a subgroup
+    of it (crun, systemd, v2), else None."""
+
+    __slots__ = ("version", "path", "scope")
+    _defaults = {"scope": None}
 
     version: str
     path: str
+    scope: str | None
+
+    def dirs(self) -> list[str]:
+        """The cgroup directories whose device programs gate the container, innermost first."""
+        return [self.path] if self.scope is None else [self.path, self.scope]
 
 
 class DeviceEdit(Struct):
@@ -143,14 +162,27 @@ def _pick_mount(mounts: list[mountinfo.Entry]) -> tuple[str, mountinfo.Entry | N
     return "v2", None
 
 
+def runtime_subgroup(annotations: dict[str, str] | None) -> str | None:
+    """The subgroup of its scope crun runs a container in (systemd manager, cgroup v2): the
+    `run.oci.systemd.subgroup` annotation (empty: none), else "container"; one path part."""
+    name = (annotations or {}).get(SUBGROUP_ANNOTATION, DEFAULT_SUBGROUP)
+    if not name:
+        return None
+    if "/" in name or name in (".", "..") or "\0" in name:
+        raise OcihookError(f"annotation {SUBGROUP_ANNOTATION} {name!r} is not one cgroup name")
+    return name
+
+
 def find_container_cgroup(
     pid: int,
     cgroups_path: str | None = None,
     proc: str = "/proc",
     mounts: list[mountinfo.Entry] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> CgroupTarget:
     """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath.
-    `mounts`: our mount table, when the caller has read it already (mountinfo.read)."""
+    `mounts`: our mount table, when the caller has read it already (mountinfo.read).
+    `annotations`: the container's (config.json and state), for crun's subgroup."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         raise OcihookError(f"container pid {pid!r} is not a positive integer")
     text = _read(f"{proc}/{pid}/cgroup", f"container process {pid} not found")
@@ -166,21 +198,29 @@ def find_container_cgroup(
     rel = cg[len(root) :].rstrip("/")
     if not rel:
         raise OcihookError(f"process {pid} is in the root cgroup; refusing to touch host devices")
+    scope = None
     if cgroups_path:
         expected = expected_cgroup_path(cgroups_path)
         if not _same_cgroup(cg, expected):
-            raise OcihookError(
-                f"cgroupsPath {cgroups_path!r} ({expected}) does not match "
-                f"the cgroup {cg} of process {pid}"
-            )
+            subgroup = runtime_subgroup(annotations) if version == "v2" else None
+            parent, _, last = cg.rpartition("/")
+            if not (":" in cgroups_path and subgroup == last and _same_cgroup(parent, expected)):
+                raise OcihookError(
+                    f"cgroupsPath {cgroups_path!r} ({expected}) does not match "
+                    f"the cgroup {cg} of process {pid}"
+                )
+            scope = mount.point.rstrip("/") + parent[len(root) :]
     path = mount.point.rstrip("/") + rel
-    fd = _open_dir(path, f"cgroup of process {pid}")
-    try:
-        if os.fstat(fd).st_dev != mount.dev:
-            raise OcihookError(f"cgroup directory {path} is not on the {mount.point} cgroup mount")
-    finally:
-        os.close(fd)
-    return CgroupTarget(version, path)
+    for directory in [path] if scope is None else [path, scope]:
+        fd = _open_dir(directory, f"cgroup of process {pid}")
+        try:
+            if os.fstat(fd).st_dev != mount.dev:
+                raise OcihookError(
+                    f"cgroup directory {directory} is not on the {mount.point} cgroup mount"
+                )
+        finally:
+            os.close(fd)
+    return CgroupTarget(version, path, scope)
 
 
 def _open_dir(path: str, what: str) -> int:
@@ -210,11 +250,13 @@ def _unique(rules: list[DeviceRule]) -> list[DeviceRule]:
 
 
 def plan_device_edits(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
-    """What allow_devices will do (one edit per rule, duplicates dropped); no side effect."""
+    """What allow_devices will do (one edit per rule and gating cgroup, duplicates
+    dropped); no side effect."""
     if target.version not in ("v1", "v2"):
         raise OcihookError(f"cgroup version {target.version!r} is not 'v1' or 'v2'")
     action = V1_ACTION if target.version == "v1" else V2_ACTION
-    return [DeviceEdit(target.version, target.path, action, r) for r in _unique(rules)]
+    unique = _unique(rules)
+    return [DeviceEdit(target.version, d, action, r) for d in target.dirs() for r in unique]
 
 
 def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
@@ -222,35 +264,72 @@ def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceE
     edits = plan_device_edits(target, rules)
     if not edits:
         return []
-    fd = _open_dir(target.path, f"cgroup {target.version}")
-    try:
-        if target.version == "v1":
+    if target.version == "v1":
+        fd = _open_dir(target.path, "cgroup v1")
+        try:
             _v1_allow(fd, target.path, [e.rule.line() for e in edits])
-        else:
-            from ocihook import cgroup_v2  # the BPF code: only on cgroup v2 hosts
+        finally:
+            os.close(fd)
+        return edits
+    from ocihook import cgroup_v2  # the BPF code: only on cgroup v2 hosts
 
-            cgroup_v2.prepend(fd, target.path, [e.rule for e in edits])
-    finally:
-        os.close(fd)
+    rules = [e.rule for e in edits if e.path == target.path]
+    done: list[str] = []
+    extended = 0
+    try:
+        for directory in target.dirs():
+            fd = _open_dir(directory, "cgroup v2")
+            try:
+                extended += cgroup_v2.prepend(fd, directory, rules, required=target.scope is None)
+            finally:
+                os.close(fd)
+            done.append(directory)
+        if not extended:
+            raise OcihookError(
+                f"cgroup v2 {target.path} and its scope {target.scope}: no device program "
+                "attached (the runtime always attaches one); refusing to guess what restricts "
+                "devices"
+            )
+    except BaseException:
+        _v2_strip(done, rules)
+        raise
     return edits
+
+
+def _v2_strip(dirs: list[str], rules: list[DeviceRule]) -> None:
+    """Undo prepend in each of `dirs`; raises the first failure after trying them all."""
+    from ocihook import cgroup_v2
+
+    first: OcihookError | None = None
+    for directory in dirs:
+        try:
+            fd = _open_dir(directory, "cgroup v2")
+            try:
+                cgroup_v2.strip(fd, directory, rules)
+            finally:
+                os.close(fd)
+        except OcihookError as error:
+            first = first or error
+    if first is not None:
+        raise first
 
 
 def revert_device_edits(target: CgroupTarget, edits: list[DeviceEdit]) -> None:
     """Best-effort undo of allow_devices; raises OcihookError only if an undo step failed."""
-    mine = [e for e in edits if e.cgroup == target.version and e.path == target.path]
+    dirs = target.dirs()
+    mine = [e for e in edits if e.cgroup == target.version and e.path in dirs]
     if not mine:
         return
-    fd = _open_dir(target.path, f"cgroup {target.version}")
-    try:
-        if target.version == "v1":
-            lines = [e.rule.line() for e in mine]
+    if target.version == "v1":
+        fd = _open_dir(target.path, "cgroup v1")
+        try:
+            lines = [e.rule.line() for e in mine if e.path == target.path]
             _v1_write_all(fd, target.path, "devices.deny", lines, stop=False)
-        else:
-            from ocihook import cgroup_v2
-
-            cgroup_v2.strip(fd, target.path, [e.rule for e in mine])
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
+        return
+    by_dir = [d for d in dirs if any(e.path == d for e in mine)]
+    _v2_strip(by_dir, [e.rule for e in mine if e.path == by_dir[0]])
 
 
 # ---------------------------------------------------------------------------

@@ -218,7 +218,10 @@ class _Injection:
         the edits are undone when that fails."""
         cgroup = None
         if decision.device_cgroup:
-            cgroup = cgroups.find_container_cgroup(self.container.pid, self.container.cgroups_path)
+            container = self.container
+            cgroup = cgroups.find_container_cgroup(
+                container.pid, container.cgroups_path, annotations=container.annotations
+            )
             self.edits = cgroups.allow_devices(cgroup, device_rules(plan))
             if self.log.debug_enabled:
                 records = [e.record() for e in self.edits]

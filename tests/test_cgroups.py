@@ -114,9 +114,16 @@ class Sleeper:
         for d in cgroup_dirs:
             _write(os.path.join(d, "cgroup.procs"), str(self.pid))
 
-    def close(self):
+    def release(self):
+        """Let the child exit (its read end sees EOF once no process holds the write end)."""
         os.close(self._w)
+
+    def wait(self):
         os.waitpid(self.pid, 0)
+
+    def close(self):
+        self.release()
+        self.wait()
 
 
 class Lab:
@@ -139,8 +146,11 @@ class Lab:
         return self.sleepers[-1]
 
     def close(self):
+        # Every later child inherited the earlier ones' write ends: release them all first.
         for s in self.sleepers:
-            s.close()
+            s.release()
+        for s in self.sleepers:
+            s.wait()
         for top in reversed(self.tops):
             _rmdir_tree(top)
 
@@ -354,6 +364,110 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
 @pytest.mark.root
 def test_v2_empty_rules_do_nothing(v2_cgroup):
     assert allow_devices(CgroupTarget("v2", v2_cgroup), []) == []
+
+
+# ---------------------------------------------------------------------------
+# cgroup v2, crun with the systemd cgroup manager: the process in a subgroup of its scope
+
+
+@pytest.fixture
+def crun_scope(lab):
+    """(scope, subgroup) as crun + systemd lay them out on v2: <scope>/container."""
+    scope = lab.mkdir(V2_ROOT, f"ocihook-test-{uuid.uuid4().hex[:12]}/libpod-c0ffee.scope")
+    return scope, lab.mkdir(V2_ROOT, os.path.relpath(scope, V2_ROOT) + "/container")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "where",
+    [
+        "subgroup",  # crun 1.8 to 1.18: its own program on <scope>/container
+        "scope",  # crun 1.23 and later: systemd's program (DeviceAllow=) on the scope only
+        "both",  # crun 1.19 to 1.22: both
+    ],
+)
+def test_v2_programs_of_the_scope_and_its_subgroup_are_extended(crun_scope, where):
+    scope, sub = crun_scope
+    if where in ("subgroup", "both"):
+        attach_program(sub, bpf.device_filter(RUNTIME_RULES))
+    if where in ("scope", "both"):
+        attach_program(scope, bpf.device_filter(RUNTIME_RULES))
+    assert probe(sub, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    target = CgroupTarget("v2", sub, scope)
+    edits = allow_devices(target, [ACCEL_RW])
+    assert [(e.path, e.rule) for e in edits] == [(sub, ACCEL_RW), (scope, ACCEL_RW)]
+    assert probe(sub, (ACCEL_NODE, RW), (OTHER_NODE, RO), ("/dev/null", RW)) == [0, "EPERM", 0]
+    revert_device_edits(target, edits)
+    assert probe(sub, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
+
+
+@pytest.mark.root
+def test_v2_no_program_on_the_scope_or_its_subgroup_is_an_error(crun_scope):
+    scope, sub = crun_scope
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(CgroupTarget("v2", sub, scope), [ACCEL_RW])
+    assert str(exc.value) == (
+        f"cgroup v2 {sub} and its scope {scope}: no device program attached (the runtime "
+        "always attaches one); refusing to guess what restricts devices"
+    )
+
+
+@pytest.mark.root
+def test_v2_a_failure_on_the_scope_undoes_the_subgroup(crun_scope):
+    scope, sub = crun_scope
+    attach_program(sub, bpf.device_filter(RUNTIME_RULES))
+    helper = [
+        (bpf.JMP_CALL, 0, 0, 0, 15),
+        (bpf.ALU32_MOV_K, 0, 0, 0, 0),
+        (bpf.JMP_EXIT, 0, 0, 0, 0),
+    ]
+    attach_program(scope, helper)  # a program that cannot be copied
+    _, before = attached(sub)
+    with pytest.raises(OcihookError):
+        allow_devices(CgroupTarget("v2", sub, scope), [ACCEL_RW])
+    _, after = attached(sub)
+    assert [d for _, d in after] == [d for _, d in before]
+
+
+def _find_v2(pid, cgroups_path, annotations):
+    """In a child: hide the v1 devices mount (a cgroup v2 host for devices), then look."""
+    _private_mount_ns()
+    _check(libc.umount2(V1_ROOT.encode(), MNT_DETACH))
+    try:
+        t = find_container_cgroup(pid, cgroups_path, annotations=annotations)
+    except OcihookError as exc:
+        return str(exc)
+    return [t.version, t.path, t.scope]
+
+
+@pytest.mark.root
+def test_find_crun_subgroup_of_the_systemd_scope(lab):
+    tag = uuid.uuid4().hex[:8]
+    rel = f"ocihooktest.slice/ocihooktest-{tag}.slice/libpod-c{tag}.scope"
+    scope = lab.mkdir(V2_ROOT, rel)
+    sub = lab.mkdir(V2_ROOT, rel + "/container")
+    named = lab.mkdir(V2_ROOT, rel + "/payload")
+    in_sub, in_named = lab.sleeper(sub), lab.sleeper(named)
+    systemd = f"ocihooktest-{tag}.slice:libpod:c{tag}"
+    assert in_child(_find_v2, in_sub.pid, systemd, {}) == ["v2", sub, scope]
+    annotated = {"run.oci.systemd.subgroup": "payload"}
+    assert in_child(_find_v2, in_named.pid, systemd, annotated) == ["v2", named, scope]
+    mismatch = (
+        f"cgroupsPath '{systemd}' (/{rel}) does not match the cgroup /{rel}/payload "
+        f"of process {in_named.pid}"
+    )
+    assert in_child(_find_v2, in_named.pid, systemd, {}) == mismatch  # not crun's default
+    no_subgroup = {"run.oci.systemd.subgroup": ""}
+    assert in_child(_find_v2, in_sub.pid, systemd, no_subgroup) == (
+        f"cgroupsPath '{systemd}' (/{rel}) does not match the cgroup /{rel}/container "
+        f"of process {in_sub.pid}"
+    )
+    # a cgroupfs cgroupsPath: no runtime puts the process in a subgroup of it
+    assert in_child(_find_v2, in_sub.pid, f"/{rel}", {}).startswith(f"cgroupsPath '/{rel}'")
+    bad = {"run.oci.systemd.subgroup": "../x"}
+    assert in_child(_find_v2, in_sub.pid, systemd, bad) == (
+        "annotation run.oci.systemd.subgroup '../x' is not one cgroup name"
+    )
 
 
 # ---------------------------------------------------------------------------
