@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ocihook.audit import names
 from ocihook.audit.parse import Avc, Event
 from ocihook.audit.policy import Policy, Verdict
-from ocihook.audit.records import Match, categories, context_type
+from ocihook.audit.records import Match, categories, context_type, requested_char_device
 from ocihook.kinds import audit_name
 
 # cause -> the heading the report shows
@@ -15,6 +15,7 @@ CAUSES = {
     "source-unlabelled": "source not labelled for containers",
     "device-type": "device type not allowed for containers",
     "mcs-mismatch": "MCS categories do not match",
+    "driver-not-loaded": "the device's driver is not loaded on the host",
     "boolean": "a boolean would allow it",
     "missing-rule": "no allow rule",
     "constraint": "a policy constraint forbids it",
@@ -68,7 +69,7 @@ class Finding:
         for record in self.event.paths:
             if record.get("name"):
                 return record["name"]
-        return ""
+        return fields.get("kmod", "").strip('"')  # a module request: the module alias
 
 
 AUDIT2ALLOW_HINT = (
@@ -120,14 +121,59 @@ def explain(event: Event, avc: Avc, match: Match, verdict: Verdict | None = None
             finding.fixes = _setsebool(verdict.booleans)
         finding.fixes.extend(_generic_rule(avc))
         return finding
-    if verdict is not None:
+    requested = requested_char_device(avc)
+    if requested is not None:
+        _driver_not_loaded(finding, requested)
+        return finding
+    if verdict is not None and not _source_label_is_the_cause(avc, match, ttype):
         decided = _from_verdict(finding, verdict, scats, tcats)
         if decided:
             return finding
     _from_labels(finding, stype, ttype, scats, tcats)
     if verdict is not None:
         finding.explanation += said
+        if verdict.booleans and finding.cause == "source-unlabelled":
+            finding.explanation += (
+                " That boolean would allow far more than this file (every domain it covers, "
+                "every file of the type); the driver's label is the cause."
+            )
     return finding
+
+
+def _driver_not_loaded(finding: Finding, requested: tuple[int, int | None]) -> None:
+    """A container opened a char device node that no driver of the host serves: the kernel
+    asked to load one for it, which SELinux refuses to a container (rightly: a container
+    must never load kernel modules). The fix is on the host, never an allow rule."""
+    major, minor = requested
+    numbers = f"{major}:{minor}" if minor is not None else f"{major}:*"
+    alias = f"char-major-{major}" + (f"-{minor}" if minor is not None else "")
+    injected = finding.match.injected
+    node = (
+        f"the {audit_name(injected.kind)} {injected.target} ocihook injected ({numbers})"
+        if injected
+        else f"a char device node {numbers}"
+    )
+    finding.cause = "driver-not-loaded"
+    finding.explanation = (
+        f"The container opened {node}, but no driver of the host serves {numbers}: the "
+        f"kernel asked to load one ({alias}), and a container may not load kernel modules. "
+        f"The open failed with ENXIO or ENODEV whatever SELinux said."
+    )
+    finding.fixes = [
+        f"load the device's driver on the host (`modprobe -R {alias}` names its module), "
+        f"then start the container again"
+    ]
+
+
+def _source_label_is_the_cause(avc: Avc, match: Match, ttype: str) -> bool:
+    """A file ocihook injected whose type no container may read: the source tree is not
+    labelled for containers, whatever audit2why offers (Fedora's policy answers BOOLEAN
+    domain_can_mmap_files for a `map` of a user_home_t driver: a host-wide switch)."""
+    return (
+        match.injected is not None
+        and avc.tclass in names.FILE_CLASSES
+        and ttype not in names.CONTAINER_READABLE_TYPES
+    )
 
 
 def is_hook(event: Event, avc: Avc) -> bool:

@@ -46,6 +46,7 @@ class Injected:
     dev: int | None = None
     ino: int | None = None
     label: str | None = None
+    numbers: tuple[int, int] | None = None  # a device node's (major, minor)
 
 
 @dataclass
@@ -196,9 +197,28 @@ def container_from_dict(data: dict, path: str = "") -> Container:
                 target=str(device["path"]),
                 source=device.get("host_path"),
                 label=device.get("label"),
+                numbers=_numbers(device.get("major"), device.get("minor")),
             )
         )
     return container
+
+
+def _numbers(major: object, minor: object) -> tuple[int, int] | None:
+    numbers = (_int(major), _int(minor))
+    return numbers if None not in numbers else None  # type: ignore[return-value]
+
+
+def requested_char_device(avc: Avc) -> tuple[int, int | None] | None:
+    """(major, minor) of a `module_request` for a char device's driver (kmod="char-major-M-N",
+    or "char-major-M": any minor), which the kernel makes when a node without a driver is
+    opened; None for any other denial."""
+    kmod = (avc.fields.get("kmod") or "").strip('"')
+    if "module_request" not in avc.perms or not kmod.startswith("char-major-"):
+        return None
+    parts = kmod[len("char-major-") :].split("-")
+    if not all(p.isdigit() for p in parts) or len(parts) not in (1, 2):
+        return None
+    return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
 def device_name(dev: int | None) -> str | None:
@@ -232,6 +252,20 @@ def _paths(event: Event, avc: Avc) -> list[str]:
 
 def match_file(container: Container, event: Event, avc: Avc) -> tuple[Injected, str] | None:
     """The injected item of `container` that the denial touches, with the evidence."""
+    requested = requested_char_device(avc)
+    if requested is not None:
+        for item in container.injected:
+            if (
+                item.numbers
+                and item.numbers[0] == requested[0]
+                and requested[1]
+                in (
+                    None,
+                    item.numbers[1],
+                )
+            ):
+                return item, "device number"
+        return None
     paths = _paths(event, avc)
     name = avc.fields.get("name")
     ino = _int(avc.fields.get("ino"))
