@@ -7,11 +7,14 @@
 # (`git stash create`); untracked files never go in. Outside a git checkout: the tree itself.
 # RPM_BUILD_FLAGS defaults to --nodeps where there is no RPM database of build
 # dependencies (Debian: dpkg owns the packages); on Fedora/RHEL the BuildRequires are checked.
+# RPMBUILD_ARGS: more rpmbuild options (macro files with --load, --define; the enforcing
+# tier builds the Fedora guest's RPMs with RHEL's macros this way).
 
 RPM_VERSION := $(shell sed -n 's/^__version__ = "\([^"]*\)"$$/\1/p' ocihook/__init__.py)
-RPM_TOPDIR := $(CURDIR)/build/rpm
+RPM_TOPDIR ?= $(CURDIR)/build/rpm
 RPM_TARBALL := $(RPM_TOPDIR)/SOURCES/ocihook-$(RPM_VERSION).tar.gz
 RPM_BUILD_FLAGS ?= $(if $(wildcard /usr/bin/dpkg),--nodeps,)
+RPMBUILD_ARGS ?=
 
 .PHONY: rpm
 
@@ -28,7 +31,7 @@ rpm:
 			--exclude=./build --exclude=./.venv --exclude=./.git --exclude='*.pyc' .; \
 	fi
 	cp packaging/ocihook.spec $(RPM_TOPDIR)/SPECS/
-	rpmbuild -ba $(RPM_BUILD_FLAGS) \
+	rpmbuild -ba $(RPM_BUILD_FLAGS) $(RPMBUILD_ARGS) \
 		--define "_topdir $(RPM_TOPDIR)" \
 		--define "ocihook_version $(RPM_VERSION)" \
 		$(RPM_TOPDIR)/SPECS/ocihook.spec

@@ -3,12 +3,16 @@
 
     guest_checks.py SRC OUT
 
-SRC is the worktree, OUT gets summary.json (one entry per check: name, ok, detail, the AVC and
-SELINUX_ERR records logged while it ran) and the evidence (podman output, ocihook audit output,
-the denials of the broken-on-purpose check). Containers run under real podman + runc, confined
-as container_t:s0:cX,cY by the guest's enforcing kernel; the product is installed the README's
-way (install.sh) and the hook is the installed one (/usr/share/containers/oci/hooks.d).
-The device nodes stand for accelerators: real char devices of the guest (synthetic driver).
+SRC is the worktree, with enforcing-options.json (the policy this guest boots, the checks, the
+OCI runtimes); OUT gets summary.json (one entry per check and runtime: name, runtime, ok,
+detail, the AVC and SELINUX_ERR records logged while it ran) and the evidence (podman output,
+ocihook audit output, the denials of the broken-on-purpose check). Containers run under real
+podman with runc and crun, confined as container_t:s0:cX,cY by the guest's enforcing kernel.
+Under refpolicy the product is installed the README's way (install.sh); under Fedora's policy
+from its RPMs (SRC/enforcing-rpms) with `rpm`, whose scriptlets load the module, create the
+tmpfiles entries and relabel, and which removes it all again at the end (rpm-erase). The hook
+is the installed one (/usr/share/containers/oci/hooks.d). The device nodes stand for
+accelerators: real char devices of the guest (synthetic driver).
 """
 
 from __future__ import annotations
@@ -20,11 +24,16 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 SRC = Path(sys.argv[1]).resolve()
 OUT = Path(sys.argv[2]).resolve()
 sys.path.insert(0, str(SRC))
+OPTIONS = json.loads((SRC / "enforcing-options.json").read_text())
+POLICY = OPTIONS.get("policy", "refpolicy")  # refpolicy | fedora
+RUNTIMES = tuple(OPTIONS.get("runtimes", ["runc"]))
 
 from tests.support import fake_hosts, host_devices, images, podman, synthetic  # noqa: E402
 
@@ -83,72 +92,115 @@ AUDIT = Audit()
 RESULTS: list[dict] = []
 
 
-def check(name: str, denials_expected: bool = False, stand_in_denials: tuple[str, ...] = ()):
-    """Run a check function; record ok/detail and the denials logged while it ran.
+@dataclass(frozen=True)
+class Check:
+    """One check: `fn(runtime)` returns (ok, detail). `per_runtime`: run once per OCI runtime
+    of the options (podman --runtime), else once with runc. `policies`: the guests it runs in.
     `stand_in_denials`: kmod names of module_request denials that only a stand-in causes (a
     fake device's major with no driver makes the kernel ask for a module); such records are
     counted apart in the summary and kept in NAME.denials, never hidden."""
 
-    def wrap(fn):
-        def run(*args):
-            start = AUDIT.mark()
-            began = time.monotonic()
-            try:
-                ok, detail = fn(*args)
-            except Exception as error:  # a broken check is a failed check, with its trace
-                ok, detail = False, f"{type(error).__name__}: {error}"
-                save(f"{name}.trace", traceback.format_exc())
-            end = AUDIT.mark()
-            logged = Audit.denials(start, end)
-            save(f"{name}.denials", "\n".join(logged) + ("\n" if logged else ""))
-            stand_in = [
-                d
-                for d in logged
-                if "{ module_request }" in d and any(p in d for p in stand_in_denials)
-            ]
-            denials = [d for d in logged if d not in stand_in]
-            avc = sum(1 for d in denials if "type=AVC " in d or "type=USER_AVC " in d)
-            err = len(denials) - avc
-            if not denials_expected and denials:
-                ok = False
-                detail += f"; {avc} AVC, {err} SELINUX_ERR (see {name}.denials)"
-            RESULTS.append(
-                {
-                    "name": name,
-                    "ok": bool(ok),
-                    "detail": detail,
-                    "avc": avc,
-                    "selinux_err": err,
-                    "denials_expected": denials_expected,
-                    "stand_in_denials": len(stand_in),
-                    "seconds": round(time.monotonic() - began, 1),
-                }
-            )
-            line = f"[{'ok' if ok else 'FAIL'}] {name}: {detail} ({RESULTS[-1]['seconds']}s)"
-            print(line, flush=True)
-            try:
-                with open("/dev/console", "w") as console:  # progress on the serial console
-                    console.write(f"ocihook-guest: {line}\n")
-            except OSError:
-                pass
-            return ok
+    name: str
+    fn: Callable[[str], tuple[bool, str]]
+    per_runtime: bool = False
+    denials_expected: bool = False
+    stand_in_denials: tuple[str, ...] = ()
+    policies: tuple[str, ...] = ("refpolicy", "fedora")
 
-        return run
 
-    return wrap
+def evidence_name(name: str, runtime: str | None) -> str:
+    """The prefix of a check run's evidence files: NAME, or NAME@RUNTIME for a runtime check."""
+    return f"{name}@{runtime}" if runtime else name
+
+
+CURRENT = {"evidence": ""}
+
+
+def save_evidence(suffix: str, text: str) -> None:
+    """OUT/<the running check's evidence name><suffix>."""
+    save(CURRENT["evidence"] + suffix, text)
+
+
+def run_check(check: Check, runtime: str | None) -> bool:
+    """Run one check (with `runtime`, for a runtime check); record ok/detail and the denials
+    logged while it ran."""
+    tag = evidence_name(check.name, runtime)
+    CURRENT["evidence"] = tag
+    start = AUDIT.mark()
+    began = time.monotonic()
+    try:
+        ok, detail = check.fn(runtime or "runc")
+    except Exception as error:  # a broken check is a failed check, with its trace
+        ok, detail = False, f"{type(error).__name__}: {error}"
+        save(f"{tag}.trace", traceback.format_exc())
+    end = AUDIT.mark()
+    logged = Audit.denials(start, end)
+    save(f"{tag}.denials", "\n".join(logged) + ("\n" if logged else ""))
+    stand_in = [
+        d
+        for d in logged
+        if "{ module_request }" in d and any(p in d for p in check.stand_in_denials)
+    ]
+    denials = [d for d in logged if d not in stand_in]
+    avc = sum(1 for d in denials if "type=AVC " in d or "type=USER_AVC " in d)
+    err = len(denials) - avc
+    if not check.denials_expected and denials:
+        ok = False
+        detail += f"; {avc} AVC, {err} SELINUX_ERR (see {tag}.denials)"
+    RESULTS.append(
+        {
+            "name": check.name,
+            "runtime": runtime,
+            "ok": bool(ok),
+            "detail": detail,
+            "avc": avc,
+            "selinux_err": err,
+            "denials_expected": check.denials_expected,
+            "stand_in_denials": len(stand_in),
+            "seconds": round(time.monotonic() - began, 1),
+        }
+    )
+    line = f"[{'ok' if ok else 'FAIL'}] {POLICY} {tag}: {detail} ({RESULTS[-1]['seconds']}s)"
+    print(line, flush=True)
+    try:
+        with open("/dev/console", "w") as console:  # progress on the serial console
+            console.write(f"ocihook-guest: {line}\n")
+    except OSError:
+        pass
+    return ok
 
 
 # -- helpers ------------------------------------------------------------------------------
 
 
 def podman_run(
-    command: list[str], devices: str | None = "all", extra: list[str] | None = None
+    command: list[str],
+    devices: str | None = "all",
+    extra: list[str] | None = None,
+    runtime: str = "runc",
 ) -> subprocess.CompletedProcess:
     """podman run --rm with the installed hook (podman's default hooks dirs)."""
-    args = ["podman", "--runtime", "runc", "run", "--rm", *RUN_FLAGS]
+    args = ["podman", "--runtime", runtime, "run", "--rm", *RUN_FLAGS]
     if devices is not None:
         args += ["--annotation", f"{ANNOTATION}={devices}"]
     return sh(args + list(extra or []) + [f"localhost/{IMAGE_NAME}:latest", *command], 180)
+
+
+def in_terminal(command: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`command` (a shell line) in a terminal, as a user runs it: semodule's load_policy may
+    write to a tty, not to the caller's pipe (script(1) gives it a pty)."""
+    return sh(["script", "-qec", command, "/dev/null"], timeout)
+
+
+def modules_by_priority() -> dict[str, int]:
+    """Loaded policy modules and their priority (`semodule --list-modules=full`; the highest
+    priority of a module is the one in force)."""
+    modules: dict[str, int] = {}
+    for line in sh(["semodule", "--list-modules=full"]).stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].isdigit():
+            modules[fields[1]] = max(int(fields[0]), modules.get(fields[1], 0))
+    return modules
 
 
 def write_config(source_check: str) -> None:
@@ -201,30 +253,129 @@ def context_type(context: str | None) -> str:
 # -- the checks --------------------------------------------------------------------------
 
 
-@check("guest-enforcing")
-def guest_enforcing():
+def guest_enforcing(runtime: str):
     enforce = Path("/sys/fs/selinux/enforce").read_text().strip()
     me = Path("/proc/self/attr/current").read_text().rstrip("\0\n")
-    modules = sh(["semodule", "-l"]).stdout.split()
-    ok = enforce == "1" and "container" in modules and context_type(me) == "unconfined_t"
-    return ok, f"enforce={enforce}, caller {me}, container module {'container' in modules}"
+    policy_type = sh(["sh", "-c", ". /etc/selinux/config && echo $SELINUXTYPE"]).stdout.strip()
+    modules = modules_by_priority()
+    # refpolicy: Debian's policy with refpolicy's container module (the image's, priority
+    # 400). fedora: targeted, container-selinux 2.229.0 at priority 200 over the container
+    # module the base policy bundles (100), as the container-selinux RPM installs it.
+    want = {"refpolicy": ("default", 400), "fedora": ("targeted", 200)}[POLICY]
+    ok = (
+        enforce == "1"
+        and (policy_type, modules.get("container")) == want
+        and context_type(me) == "unconfined_t"
+    )
+    return ok, (
+        f"enforce={enforce}, SELINUXTYPE={policy_type}, caller {me}, "
+        f"container module at priority {modules.get('container')}"
+    )
 
 
-@check("install")
-def install():
-    # In a terminal, as a user runs it: semodule's load_policy may write to a tty, not to
-    # the caller's pipe (script(1) gives it a pty).
-    command = f"sh {SRC / 'tests/enforcing/install.sh'} {SRC}"
-    done = sh(["script", "-qec", command, "/dev/null"], 900)
+def install(runtime: str):
+    """refpolicy: the README's install (make install, the module built here)."""
+    done = in_terminal(f"sh {SRC / 'tests/enforcing/install.sh'} {SRC}")
     save("install.log", done.stdout + done.stderr)
-    modules = sh(["semodule", "-l"]).stdout.split()
+    modules = modules_by_priority()
     hook = Path("/usr/libexec/ocihook/ocihook-hook")
     ok = done.returncode == 0 and "ocihook" in modules and hook.exists()
     return ok, f"rc={done.returncode}, ocihook module loaded: {'ocihook' in modules}"
 
 
-@check("setup-driver-and-image")
-def setup():
+RPM_DIR = SRC / "enforcing-rpms"
+FC_PRE = Path("/var/lib/rpm-state/file_contexts.pre")
+# A file that ocihook.fc labels and that exists before the package: the RPM's relabel
+# scriptlets (%selinux_relabel_pre/_post: fixfiles -C) must give it the module's label.
+PRE_EXISTING = Path("/usr/lib/ocihook/driver/usr/lib64/libpreexisting.so.1")
+RPM_INSTALLED: dict[str, list[str]] = {}
+PACKAGES = ("ocihook", "ocihook-selinux")
+
+
+def not_default_labels(paths: list[str]) -> list[str]:
+    """restorecon -n -v: the paths whose label is not the policy's default one."""
+    existing = [p for p in paths if os.path.lexists(p)]
+    done = sh(["restorecon", "-n", "-v", *existing]) if existing else None
+    return done.stdout.split("\n") if done and done.stdout.strip() else []
+
+
+def rpm_install(runtime: str):
+    """fedora: the RPMs built with RHEL's macros, installed with rpm; their scriptlets must
+    be RHEL's (module at priority 200, systemd-tmpfiles, fixfiles -C), not the spec's
+    fallbacks (priority 400, no relabel)."""
+    rpms = sorted(str(p) for p in RPM_DIR.glob("*.noarch.rpm"))
+    PRE_EXISTING.parent.mkdir(parents=True, exist_ok=True)
+    PRE_EXISTING.write_bytes(b"\x7fELF")
+    before = label_of(str(PRE_EXISTING))
+    done = in_terminal("rpm -i --nodeps --force-debian " + " ".join(rpms))
+    save("rpm-install.log", done.stdout + done.stderr)
+    files = sh(["rpm", "-ql", *PACKAGES]).stdout.split()
+    RPM_INSTALLED["files"] = files
+    save("rpm-files.txt", "\n".join(files) + "\n")
+    modules = modules_by_priority()
+    run_dir = Path("/run/ocihook")
+    after = label_of(str(PRE_EXISTING))
+    mislabelled = not_default_labels([f for f in files if not f.startswith("/run/")])
+    found = {
+        "rpm -i rc": done.returncode,
+        "ocihook module priority": modules.get("ocihook"),
+        "/run/ocihook (tmpfiles)": oct(run_dir.stat().st_mode & 0o7777)
+        if run_dir.is_dir()
+        else None,
+        "file_contexts.pre left": FC_PRE.exists(),
+        "pre-existing driver file": f"{before} -> {after}",
+        "files not at their default label": mislabelled,
+        "ocihook --version": sh(["ocihook", "--version"]).stdout.strip(),
+    }
+    save("rpm-install.json", json.dumps(found, indent=2))
+    ok = (
+        done.returncode == 0
+        and modules.get("ocihook") == 200
+        and run_dir.is_dir()
+        and not FC_PRE.exists()
+        and context_type(after) == "container_ro_file_t"
+        and not mislabelled
+        and found["ocihook --version"].startswith("ocihook")
+    )
+    return ok, "; ".join(f"{k}: {v}" for k, v in found.items())
+
+
+def rpm_erase(runtime: str):
+    """fedora: rpm -e removes the module and every file the packages installed; a config the
+    checks changed is kept as .rpmsave, as rpm does for %config(noreplace)."""
+    files = RPM_INSTALLED.get("files") or sh(["rpm", "-ql", *PACKAGES]).stdout.split()
+    done = in_terminal("rpm -e --nodeps ocihook-selinux ocihook")
+    save("rpm-erase.log", done.stdout + done.stderr)
+    modules = modules_by_priority()
+    left = [
+        f
+        for f in files
+        if os.path.lexists(f) and not (os.path.isdir(f) and not os.path.islink(f) and os.listdir(f))
+    ]
+    kept_dirs = [f for f in files if os.path.isdir(f) and os.listdir(f)]
+    plain = podman_run(["/bin/true"], devices=None)
+    found = {
+        "rpm -e rc": done.returncode,
+        "ocihook module": modules.get("ocihook"),
+        "files left": left,
+        "non-empty dirs kept (other files in them)": kept_dirs,
+        "rpmsave": sorted(str(p) for p in Path("/etc/ocihook").glob("*.rpmsave")),
+        "rpm -q": sh(["rpm", "-q", "ocihook"]).stdout.strip(),
+        "plain container after": plain.returncode,
+    }
+    save("rpm-erase.json", json.dumps(found, indent=2))
+    ok = (
+        done.returncode == 0
+        and "ocihook" not in modules
+        and not left
+        and all(not d.startswith(("/usr/lib/python3", "/usr/libexec/ocihook")) for d in kept_dirs)
+        and "not installed" in found["rpm -q"]
+        and plain.returncode == 0
+    )
+    return ok, "; ".join(f"{k}: {v}" for k, v in found.items())
+
+
+def setup(runtime: str):
     # The synthetic devices are char devices of the guest, picked from its /proc/misc and
     # /proc/devices (host_devices.py) when the driver is built: load the modules that
     # register the preferred ones first, so that they are there to pick.
@@ -244,12 +395,13 @@ def setup():
     return ok, f"relabel rc={relabel.returncode}, driver lib {lib}, check rc={checked.returncode}"
 
 
-@check("plain-container")
-def plain():
+def plain(runtime: str):
     result = podman_run(
-        ["/bin/sh", "-c", "cat /proc/self/attr/current; echo; ls /dev"], devices=None
+        ["/bin/sh", "-c", "cat /proc/self/attr/current; echo; ls /dev"],
+        devices=None,
+        runtime=runtime,
     )
-    save("plain.out", result.stdout + result.stderr)
+    save_evidence(".out", result.stdout + result.stderr)
     label = result.stdout.splitlines()[0].rstrip("\0") if result.stdout else ""
     ok = (
         result.returncode == 0
@@ -259,34 +411,30 @@ def plain():
     return ok, f"rc={result.returncode}, runs as {label}, no synth devices"
 
 
-@check("root-command")
-def root_command():
-    result = podman_run(["/usr/bin/synth-smi"])
-    save("root-command.out", result.stdout + result.stderr)
+def root_command(runtime: str):
+    result = podman_run(["/usr/bin/synth-smi"], runtime=runtime)
+    save_evidence(".out", result.stdout + result.stderr)
     return smi_ok(result)
 
 
-@check("root-shell")
-def root_shell():
-    result = podman_run(["/bin/sh", "-c", "synth-smi && echo shell-ok"])
-    save("root-shell.out", result.stdout + result.stderr)
+def root_shell(runtime: str):
+    result = podman_run(["/bin/sh", "-c", "synth-smi && echo shell-ok"], runtime=runtime)
+    save_evidence(".out", result.stdout + result.stderr)
     ok, detail = smi_ok(result)
     return ok and "shell-ok" in result.stdout, detail
 
 
-@check("user-1000")
-def user_1000():
-    result = podman_run(["/usr/bin/synth-smi"], extra=["--user", "1000:1000"])
-    save("user-1000.out", result.stdout + result.stderr)
+def user_1000(runtime: str):
+    result = podman_run(["/usr/bin/synth-smi"], extra=["--user", "1000:1000"], runtime=runtime)
+    save_evidence(".out", result.stdout + result.stderr)
     return smi_ok(result)
 
 
-@check("labels")
-def labels():
-    name = "ocihook-enforcing-labels"
+def labels(runtime: str):
+    name = f"ocihook-enforcing-labels-{runtime}"
     sh(["podman", "rm", "-f", name])
     started = sh(
-        ["podman", "--runtime", "runc", "run", "-d", "--name", name, *RUN_FLAGS]
+        ["podman", "--runtime", runtime, "run", "-d", "--name", name, *RUN_FLAGS]
         + ["--annotation", f"{ANNOTATION}=all", f"localhost/{IMAGE_NAME}:latest", "sleep", "300"]
     )
     if started.returncode != 0:
@@ -305,7 +453,7 @@ def labels():
             "/dev/synthctl": label_of(root + "/dev/synthctl"),
         }
         mode = oct(os.stat(root + "/dev/synth0").st_mode & 0o777)
-        save("labels.json", json.dumps({"mount_label": mount_label, **seen}, indent=2))
+        save_evidence(".json", json.dumps({"mount_label": mount_label, **seen}, indent=2))
         want = {
             "process": process_label,
             "/usr/lib64/libsynth.so.1.2.3": SHARED,
@@ -326,12 +474,14 @@ def labels():
         sh(["podman", "rm", "-f", "-t", "0", name])
 
 
-@check("no-annotation")
-def no_annotation():
-    result = podman_run(["/bin/sh", "-c", "ls /dev /usr/bin /usr/lib64 | grep -c synth"], None)
+def no_annotation(runtime: str):
+    result = podman_run(
+        ["/bin/sh", "-c", "ls /dev /usr/bin /usr/lib64 | grep -c synth"], None, runtime=runtime
+    )
+    save_evidence(".out", result.stdout + result.stderr)
     return (
-        result.stdout.strip() == "0",
-        f"synth entries without the annotation: {result.stdout.strip()}",
+        result.returncode == 1 and result.stdout.strip() == "0",
+        f"synth entries without the annotation: {result.stdout.strip()} (rc {result.returncode})",
     )
 
 
@@ -358,8 +508,7 @@ FAKE_MAJOR_MODULE_REQUEST = (
 )
 
 
-@check("vendor-devices", stand_in_denials=FAKE_MAJOR_MODULE_REQUEST)
-def vendor_devices():
+def vendor_devices(runtime: str):
     """The amd, intel, habana and rdma profiles on fake hosts (stand-ins: sysfs trees and
     char nodes with the vendors' majors, no hardware). The hook mknods each node in the
     container's /dev; the container opens it: the device cgroup and SELinux must both allow
@@ -377,8 +526,8 @@ def vendor_devices():
             )
             sh(["restorecon", str(CONFIG)])
             opens = "; ".join(f"(exec 3<>{p}) 2>&1 && echo 'OPEN {p} ok'" for p in nodes)
-            result = podman_run(["/bin/sh", "-c", opens], devices=request)
-            save(f"vendor-{tree}.out", result.stdout + result.stderr)
+            result = podman_run(["/bin/sh", "-c", opens], devices=request, runtime=runtime)
+            save_evidence(f"-{tree}.out", result.stdout + result.stderr)
             for node in nodes:
                 line = next(
                     (
@@ -401,8 +550,7 @@ def break_driver() -> None:
     sh(["chcon", "-R", "-t", BROKEN_TYPE, str(DRIVER)])
 
 
-@check("broken-source-check-error")
-def broken_error():
+def broken_error(runtime: str):
     break_driver()
     write_config("error")
     result = podman_run(["/usr/bin/synth-smi"])
@@ -418,8 +566,7 @@ def broken_error():
     return ok, f"refused: {lines[0] if lines else result.stderr.strip()[-300:]}"
 
 
-@check("broken-source-check-warn", denials_expected=True)
-def broken_warn():
+def broken_warn(runtime: str):
     break_driver()
     write_config("warn")
     since = time.time() - 1
@@ -465,8 +612,7 @@ def broken_warn():
     )
 
 
-@check("fixed-by-relabel")
-def fixed():
+def fixed(runtime: str):
     relabel = sh(["ocihook", "selinux", "relabel", str(DRIVER)])
     write_config("error")
     result = podman_run(["/usr/bin/synth-smi"])
@@ -474,46 +620,59 @@ def fixed():
     return smi_ok(result)
 
 
-@check("make-demo")
-def demo():
+def demo(runtime: str):
     result = sh(["make", "-o", "venv", "demo", "VPY=/usr/bin/python3"], 900, cwd=SRC)
     save("demo.out", result.stdout + result.stderr)
     ok = result.returncode == 0 and "DEMO OK" in result.stdout
     return ok, f"rc={result.returncode}, {'DEMO OK' if ok else result.stdout.strip()[-300:]}"
 
 
-CHECKS = {
-    "guest-enforcing": guest_enforcing,
-    "install": install,
-    "setup-driver-and-image": setup,
-    "plain-container": plain,
-    "root-command": root_command,
-    "root-shell": root_shell,
-    "user-1000": user_1000,
-    "labels": labels,
-    "no-annotation": no_annotation,
-    "vendor-devices": vendor_devices,
-    "broken-source-check-error": broken_error,
-    "broken-source-check-warn": broken_warn,
-    "fixed-by-relabel": fixed,
-    "make-demo": demo,
-}
+CHECKS = (
+    Check("guest-enforcing", guest_enforcing),
+    Check("install", install, policies=("refpolicy",)),
+    Check("install", rpm_install, policies=("fedora",)),
+    Check("setup-driver-and-image", setup),
+    Check("plain-container", plain, per_runtime=True),
+    Check("root-command", root_command, per_runtime=True),
+    Check("root-shell", root_shell, per_runtime=True),
+    Check("user-1000", user_1000, per_runtime=True),
+    Check("labels", labels, per_runtime=True),
+    Check("no-annotation", no_annotation, per_runtime=True),
+    Check(
+        "vendor-devices",
+        vendor_devices,
+        per_runtime=True,
+        stand_in_denials=FAKE_MAJOR_MODULE_REQUEST,
+    ),
+    Check("broken-source-check-error", broken_error),
+    Check("broken-source-check-warn", broken_warn, denials_expected=True),
+    Check("fixed-by-relabel", fixed),
+    Check("make-demo", demo),
+    Check("rpm-erase", rpm_erase, policies=("fedora",)),
+)
 REQUIRED = ("guest-enforcing", "install", "setup-driver-and-image")
 
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    options = json.loads((SRC / "enforcing-options.json").read_text())
-    wanted = options.get("checks", "all")
-    names = list(CHECKS) if wanted == "all" else [n for n in CHECKS if n in wanted.split(",")]
+    wanted = OPTIONS.get("checks", "all")
+    names = {c.name for c in CHECKS} if wanted == "all" else set(wanted.split(","))
     boot_end = AUDIT.mark()
     save("boot.denials", "\n".join(Audit.denials(0, boot_end)))
     started = time.monotonic()
-    for name in dict.fromkeys([*REQUIRED, *names]) if wanted != "none" else ():
-        if not CHECKS[name]() and name in REQUIRED:
-            break
+    for check in CHECKS if wanted != "none" else ():
+        if POLICY not in check.policies or (check.name not in names and check.name not in REQUIRED):
+            continue
+        for runtime in RUNTIMES if check.per_runtime else (None,):
+            if not run_check(check, runtime) and check.name in REQUIRED:
+                break
+        else:
+            continue
+        break
     expected = [r for r in RESULTS if r["denials_expected"]]
     summary = {
+        "policy": POLICY,
+        "runtimes": list(RUNTIMES),
         "checks": RESULTS,
         "avc": sum(r["avc"] for r in RESULTS if not r["denials_expected"]),
         "selinux_err": sum(r["selinux_err"] for r in RESULTS if not r["denials_expected"]),
