@@ -315,7 +315,7 @@ def schema() -> dict:
 def _validate(document: object, schema_part: dict, what: str) -> None:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema_part)
+    validator = jsonschema.Draft7Validator(schema_part)  # the newest draft jsonschema 3.2 has
     errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
@@ -375,7 +375,8 @@ def _compile(path: str) -> tuple[dict, list, bool]:
             document, key, candidate_racy = found
             files.append([candidate, "profile", key])
             racy = racy or candidate_racy
-            profile_schema = {"$defs": full_schema["$defs"], **full_schema["$defs"]["profile"]}
+            defs = full_schema["definitions"]
+            profile_schema = {"definitions": defs, **defs["profile"]}
             _validate(document, profile_schema, f"profile {candidate}")
             profile = document
             break
