@@ -13,7 +13,7 @@ all: test
 deps:
 	@scripts/install-deps.sh
 
-$(VENV)/.stamp: pyproject.toml
+$(VENV)/.stamp: pyproject.toml setup.cfg setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]'
