@@ -315,20 +315,13 @@ def schema() -> dict:
 def _validate(document: object, schema_part: dict, what: str) -> None:
     import jsonschema
 
+    from ocihook import schemaerrors
+
     validator = jsonschema.Draft7Validator(schema_part)  # the newest draft jsonschema 3.2 has
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    errors = list(validator.iter_errors(document))
     if errors:
-        error = jsonschema.exceptions.best_match(errors)
-        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise OcihookError(f"{what}: {key}: {_message(error)}")
-
-
-def _message(error) -> str:
-    if error.validator == "additionalProperties":
-        return f"unknown key ({error.message.split('(')[-1].rstrip(')')})"
-    if error.validator == "oneOf" and error.context:
-        return min(error.context, key=lambda e: len(e.message)).message
-    return error.message
+        key, message = schemaerrors.one_line(errors)
+        raise OcihookError(f"{what}: {key}: {message}")
 
 
 def _merge(defaults: dict, values: dict) -> dict:
