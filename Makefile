@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: all deps venv test test-py39 test-enforcing demo lint format bench rpm selinux clean gpu-check-site
+.PHONY: all deps venv test test-py39 rpm-rhel9 test-enforcing demo lint format bench rpm selinux clean gpu-check-site
 
 include packaging/Makefile.rpm.mk
 include packaging/Makefile.install.mk
@@ -45,6 +45,11 @@ test-py39:
 	@scripts/py39-venv.sh $(PY39_VENV) >/dev/null
 	$(PY39_VENV)/bin/python -m pytest -m "not root and not devstack" $(PYTEST_ARGS)
 	$(PY39_VENV)/bin/python -m pytest -m "root and not devstack" $(PY39_E2E)
+
+# The RPM built the RHEL way: %__python3 is RHEL 9's Python stack (docs/rpm.md).
+rpm-rhel9:
+	@scripts/py39-venv.sh $(PY39_VENV) >/dev/null
+	$(MAKE) rpm RPM_PYTHON=$(PY39_VENV)/bin/python
 
 # SELinux enforcing, for real: a Debian 12 guest under QEMU runs the checks of
 # tests/enforcing/guest_checks.py (README "Testing under SELinux enforcing"). Results: build/enforcing/.
