@@ -36,15 +36,16 @@ test: venv
 # RHEL 9's Python stack (README "Testing"): pyenv's CPython 3.9.18 with RHEL 9's click, PyYAML,
 # jsonschema, setuptools (packaging/rhel9-python.txt) in .venv-py39, built by
 # scripts/py39-venv.sh (tests/test_rpm.py builds the RPM with the same venv). The ordinary
-# tier without root, then the podman end-to-end essentials; tests of the devstack mark
-# (Debian's SELinux bindings, kubernetes-validate) cannot run under it and are deselected.
+# tier without root, then the podman end-to-end essentials and the plan goldens as root;
+# tests of the devstack mark (Debian's SELinux bindings, kubernetes-validate) cannot run
+# under it and are deselected.
 PY39_VENV := .venv-py39
-PY39_E2E := tests/test_e2e_podman.py tests/test_hook_contract.py tests/test_hook_errors.py \
-	tests/test_config_cache.py
+PY39_ROOT_TESTS := tests/test_e2e_podman.py tests/test_hook_contract.py tests/test_hook_errors.py \
+	tests/test_config_cache.py tests/test_plan.py tests/test_layouts.py
 test-py39:
 	@scripts/py39-venv.sh $(PY39_VENV) >/dev/null
-	$(PY39_VENV)/bin/python -m pytest -m "not root and not devstack" $(PYTEST_ARGS)
-	$(PY39_VENV)/bin/python -m pytest -m "root and not devstack" $(PY39_E2E)
+	$(PY39_VENV)/bin/python -m pytest -m "not root and not devstack" $(PY39_PYTEST_ARGS)
+	$(PY39_VENV)/bin/python -m pytest -m "root and not devstack" $(PY39_PYTEST_ARGS) $(PY39_ROOT_TESTS)
 
 # The RPM built the RHEL way: %__python3 is RHEL 9's Python stack (docs/rpm.md).
 rpm-rhel9:
