@@ -315,20 +315,13 @@ def schema() -> dict:
 def _validate(document: object, schema_part: dict, what: str) -> None:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema_part)
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    from ocihook import schemaerrors
+
+    validator = jsonschema.Draft7Validator(schema_part)  # the newest draft jsonschema 3.2 has
+    errors = list(validator.iter_errors(document))
     if errors:
-        error = jsonschema.exceptions.best_match(errors)
-        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise OcihookError(f"{what}: {key}: {_message(error)}")
-
-
-def _message(error) -> str:
-    if error.validator == "additionalProperties":
-        return f"unknown key ({error.message.split('(')[-1].rstrip(')')})"
-    if error.validator == "oneOf" and error.context:
-        return min(error.context, key=lambda e: len(e.message)).message
-    return error.message
+        key, message = schemaerrors.one_line(errors)
+        raise OcihookError(f"{what}: {key}: {message}")
 
 
 def _merge(defaults: dict, values: dict) -> dict:
@@ -375,7 +368,8 @@ def _compile(path: str) -> tuple[dict, list, bool]:
             document, key, candidate_racy = found
             files.append([candidate, "profile", key])
             racy = racy or candidate_racy
-            profile_schema = {"$defs": full_schema["$defs"], **full_schema["$defs"]["profile"]}
+            defs = full_schema["definitions"]
+            profile_schema = {"definitions": defs, **defs["profile"]}
             _validate(document, profile_schema, f"profile {candidate}")
             profile = document
             break

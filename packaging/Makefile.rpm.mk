@@ -9,12 +9,17 @@
 # dependencies (Debian: dpkg owns the packages); on Fedora/RHEL the BuildRequires are checked.
 # RPMBUILD_ARGS: more rpmbuild options (macro files with --load, --define; the enforcing
 # tier builds the Fedora guest's RPMs with RHEL's macros this way).
+# RPM_PYTHON, when set, is the spec's %__python3: the interpreter that builds the wheel (its
+# setuptools, no build isolation), installs it into its own site-packages layout and compiles
+# the byte code, as RHEL's /usr/bin/python3 does there. `make rpm-rhel9` sets it to
+# .venv-py39's python: RHEL 9's Python stack (docs/rpm.md).
 
 RPM_VERSION := $(shell sed -n 's/^__version__ = "\([^"]*\)"$$/\1/p' ocihook/__init__.py)
 RPM_TOPDIR ?= $(CURDIR)/build/rpm
 RPM_TARBALL := $(RPM_TOPDIR)/SOURCES/ocihook-$(RPM_VERSION).tar.gz
 RPM_BUILD_FLAGS ?= $(if $(wildcard /usr/bin/dpkg),--nodeps,)
 RPMBUILD_ARGS ?=
+RPM_PYTHON ?=
 
 .PHONY: rpm
 
@@ -34,5 +39,6 @@ rpm:
 	rpmbuild -ba $(RPM_BUILD_FLAGS) $(RPMBUILD_ARGS) \
 		--define "_topdir $(RPM_TOPDIR)" \
 		--define "ocihook_version $(RPM_VERSION)" \
+		$(if $(RPM_PYTHON),--define "__python3 $(abspath $(RPM_PYTHON))") \
 		$(RPM_TOPDIR)/SPECS/ocihook.spec
 	@find $(RPM_TOPDIR)/SRPMS $(RPM_TOPDIR)/RPMS -name '*.rpm' | sort

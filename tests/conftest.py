@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support import crio as crio_support
-from tests.support import images, podman, rootless, synthetic
+from tests.support import devstack, images, podman, rootless, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
@@ -287,3 +287,7 @@ def pytest_collection_modifyitems(config, items):
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+        names = tuple(name for mark in item.iter_markers("devstack") for name in mark.args)
+        if devstack.missing(names):
+            missing = ", ".join(devstack.missing(names))
+            item.add_marker(pytest.mark.skip(reason=f"needs {missing}, which this Python lacks"))

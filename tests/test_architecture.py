@@ -44,6 +44,7 @@ LAYERS = {
         "ocihook.privileges",
         "ocihook.re2data",
         "ocihook.re2syntax",
+        "ocihook.schemaerrors",
         "ocihook.securepath",
         "ocihook.selinux",
         "ocihook.selinux.label",

@@ -14,6 +14,9 @@ from click.testing import CliRunner
 from ocihook.audit.cli import audit
 from tests.policy_build import build_linked_policy
 
+# ocihook's --policy and the reference both load the policy into libselinux's audit2why.
+pytestmark = pytest.mark.devstack("selinux.audit2why", "sepolgen")
+
 # Debian's own policy (no container module: its verdicts cover the general cases) ...
 POLICY = Path("/etc/selinux/default/policy/policy.33")  # scripts/install-deps.sh installs it
 

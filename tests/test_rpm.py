@@ -12,6 +12,8 @@ scratch root's /usr and /etc over the host's. The host's mount table is untouche
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import subprocess
@@ -80,10 +82,9 @@ def query(rpm_file: Path, *args: str) -> list[str]:
     return result.stdout.splitlines()
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory) -> Build:
+def make_rpm(tmp: Path, *make_args: str) -> Build:
     """`make rpm` in a clone of this checkout's HEAD: uncommitted files cannot leak in."""
-    source = tmp_path_factory.mktemp("rpm") / "ocihook"
+    source = tmp / "ocihook"
     head = run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True).stdout.strip()
     run(["git", "clone", "-q", "--no-checkout", str(REPO), str(source)], check=True)
     run(["git", "-C", str(source), "checkout", "-q", head], check=True)
@@ -91,11 +92,17 @@ def build(tmp_path_factory) -> Build:
     included = "packaging/Makefile.rpm.mk" in (source / "Makefile").read_text()
     target = ["rpm"] if included else ["-f", "Makefile", "-f", "packaging/Makefile.rpm.mk", "rpm"]
     start = time.monotonic()
-    result = run(["make", "-C", str(source), *target], timeout=600)
+    result = run(["make", "-C", str(source), *target, *make_args], timeout=600)
     seconds = time.monotonic() - start
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
-    print(f"make rpm: {seconds:.1f} s", file=sys.stderr)
+    (source / "build/rpm/make.log").write_text(result.stdout + result.stderr)
+    print(f"make rpm {' '.join(make_args)}: {seconds:.1f} s", file=sys.stderr)
     return Build(source=source, topdir=source / "build/rpm", seconds=seconds)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Build:
+    return make_rpm(tmp_path_factory.mktemp("rpm"))
 
 
 def test_make_rpm_builds_srpm_and_both_noarch_rpms(build):
@@ -109,20 +116,20 @@ def test_make_rpm_builds_srpm_and_both_noarch_rpms(build):
     ]
 
 
-def expected_main_files(source: Path) -> set[str]:
+def expected_main_files(source: Path, sitelib: str = SITELIB, pytag: str = PYTAG) -> set[str]:
     package = run(["git", "-C", str(source), "ls-files", "ocihook"], check=True).stdout.split()
     files = {"/usr/bin/ocihook"}
-    dirs = {f"{SITELIB}/ocihook"}
+    dirs = {f"{sitelib}/ocihook"}
     for name in package:
         path = Path(name)
-        files.add(f"{SITELIB}/{name}")
+        files.add(f"{sitelib}/{name}")
         for parent in path.parents:
             if parent != Path("."):
-                dirs.add(f"{SITELIB}/{parent}")
+                dirs.add(f"{sitelib}/{parent}")
         if path.suffix == ".py":
-            dirs.add(f"{SITELIB}/{path.parent}/__pycache__")
-            files.add(f"{SITELIB}/{path.parent}/__pycache__/{path.stem}.{PYTAG}.pyc")
-    info = f"{SITELIB}/ocihook-{VERSION}.dist-info"
+            dirs.add(f"{sitelib}/{path.parent}/__pycache__")
+            files.add(f"{sitelib}/{path.parent}/__pycache__/{path.stem}.{pytag}.pyc")
+    info = f"{sitelib}/ocihook-{VERSION}.dist-info"
     dirs.add(info)
     for name in ("INSTALLER", "LICENSE", "METADATA", "RECORD", "WHEEL", "entry_points.txt"):
         files.add(f"{info}/{name}")
@@ -349,3 +356,132 @@ def test_rpm_erase_removes_every_installed_file(build, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert sorted(p for p in installed if p.exists()) == []
+
+
+# The RPM built the RHEL way (docs/rpm.md): `make rpm RPM_PYTHON=...` makes %__python3 RHEL 9's
+# Python stack, .venv-py39 as scripts/py39-venv.sh builds it for make test-py39 (pyenv's CPython
+# 3.9.18, setuptools 53, no build isolation, no network), and the installed files run under it.
+PY39_SCRIPT = REPO / "scripts/py39-venv.sh"
+PY39_SITELIB = "/usr/lib/python3.9/site-packages"  # the spec's python3_sitelib for it, as on RHEL 9
+PY39_MISSING = run([str(PY39_SCRIPT), "--find"]).stderr.strip() or None
+needs_py39 = pytest.mark.skipif(PY39_MISSING is not None, reason=str(PY39_MISSING))
+
+
+@dataclass
+class Rhel9Build:
+    build: Build
+    python: Path  # .venv-py39/bin/python: the build's %__python3
+    root: Path  # the main RPM extracted (rpm2cpio | cpio)
+
+
+@pytest.fixture(scope="module")
+def rhel9(tmp_path_factory) -> Rhel9Build:
+    made = run([str(PY39_SCRIPT), str(REPO / ".venv-py39")], timeout=900)
+    assert made.returncode == 0, made.stderr[-4000:]
+    python = Path(made.stdout.split()[-1])
+    built = make_rpm(tmp_path_factory.mktemp("rpm39"), f"RPM_PYTHON={python}")
+    root = tmp_path_factory.mktemp("rpm39root")
+    extract_into(root, built.main)
+    return Rhel9Build(build=built, python=python, root=root)
+
+
+@needs_py39
+def test_rhel9_build_makes_the_named_wheel_into_the_39_sitelib(rhel9):
+    log = (rhel9.build.topdir / "make.log").read_text()
+    assert f"{rhel9.python} -m pip wheel --no-deps --no-build-isolation --no-index" in log
+    assert f"filename=ocihook-{VERSION}-py3-none-any.whl" in log
+    assert "UNKNOWN" not in log
+    files = set(query(rhel9.build.main, "-l"))
+    assert files == expected_main_files(rhel9.build.source, PY39_SITELIB, "cpython-39")
+    metadata = rhel9.root / PY39_SITELIB.lstrip("/") / f"ocihook-{VERSION}.dist-info/METADATA"
+    head = metadata.read_text().split("\n\n")[0].splitlines()
+    assert "Name: ocihook" in head and f"Version: {VERSION}" in head
+    assert "python(abi) = 3.9" in query(rhel9.build.main, "--requires")
+
+
+def py39_env(rhel9: Rhel9Build) -> dict:
+    """The extracted sitelib on the interpreter's path, as /usr/lib/python3.9/site-packages is
+    on RHEL 9's python3's (PYTHONPATH comes before the venv's own site-packages)."""
+    return {**os.environ, "PYTHONPATH": str(rhel9.root / PY39_SITELIB.lstrip("/"))}
+
+
+@needs_py39
+def test_rhel9_installed_command_runs_under_python39(rhel9, synth_root, tmp_path):
+    env = py39_env(rhel9)
+    code = "import ocihook, sys; print(ocihook.__file__, sys.version.split()[0])"
+    where = run([str(rhel9.python), "-c", code], env=env, cwd=tmp_path, check=True)
+    assert where.stdout.split() == [f"{rhel9.root}{PY39_SITELIB}/ocihook/__init__.py", "3.9.18"]
+    command = str(rhel9.root / "usr/bin/ocihook")
+    assert (rhel9.root / "usr/bin/ocihook").read_text().startswith(f"#!{rhel9.python}\n")
+    helped = run([command, "--help"], env=env, cwd=tmp_path)
+    assert helped.returncode == 0 and "Usage: ocihook [OPTIONS] COMMAND" in helped.stdout, (
+        helped.stderr
+    )
+    config = tmp_path / "config.yaml"
+    profiles = rhel9.root / "usr/share/ocihook/profiles"
+    config.write_text(yaml.safe_dump(synthetic.config(synth_root, profile_dirs=[str(profiles)])))
+    planned = run([command, "plan", "--config", str(config)], env=env, cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    # the same plan as the checkout's, under this venv's Python
+    reference = run(
+        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)], cwd=REPO
+    )
+    assert planned.stdout == reference.stdout and "libsynth.so.1" in planned.stdout
+
+
+# The hook's paths are the installed ones: the extracted /usr lies over the host's in a private
+# mount namespace. Where its sys.path finds ocihook.hook, then the hook twice: the config
+# compiled, then read from its cache.
+HOOK39_SCRIPT = """
+set -u
+mount -t overlay ocihook-rpm39-usr -o "lowerdir=$ROOT/usr:/usr" /usr || exit 1
+"$PY" -IS -c "$WHERE"
+for run in 1 2; do
+    status=0
+    /usr/libexec/ocihook/ocihook-hook --config "$CONFIG" --cache-dir "$CACHE" <"$STATE" || status=$?
+    echo "exit $status"
+done
+"""
+
+
+@needs_py39
+def test_rhel9_installed_hook_answers_a_no_request_state(rhel9, tmp_path):
+    hook = rhel9.root / "usr/libexec/ocihook/ocihook-hook"
+    assert hook.read_text().startswith(f"#!{rhel9.python} -IS\n")
+    site_dirs = ast.literal_eval(
+        re.search(r"^SITE_DIRS: list\[str\] = (.*)$", hook.read_text(), re.M)[1]
+    )
+    assert site_dirs[0] == PY39_SITELIB
+    config = tmp_path / "config.yaml"
+    (tmp_path / "driver").mkdir()
+    config.write_text(yaml.safe_dump(synthetic.config(tmp_path / "driver")))
+    os.utime(config, (time.time() - 10, time.time() - 10))  # older than the cache's racy window
+    state = json.dumps(
+        {
+            "ociVersion": "1.0.2",
+            "id": "rhel9",
+            "status": "creating",
+            "pid": 1,
+            "bundle": "/",
+            "annotations": {},
+        }
+    )
+    (tmp_path / "state.json").write_text(state)
+    result = run(
+        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", HOOK39_SCRIPT],
+        env={
+            **os.environ,
+            "ROOT": str(rhel9.root),
+            "PY": str(rhel9.python),
+            "WHERE": f"import sys; sys.path.extend({site_dirs!r}); import ocihook.hook; "
+            "print(ocihook.hook.__file__)",
+            "CONFIG": str(config),
+            "CACHE": str(tmp_path / "cache"),
+            "STATE": str(tmp_path / "state.json"),
+        },
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{PY39_SITELIB}/ocihook/hook.py", "exit 0", "exit 0"]
+    assert result.stderr == ""
+    assert len(list((tmp_path / "cache").glob("*.marshal"))) == 1

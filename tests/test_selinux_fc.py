@@ -7,10 +7,12 @@ import stat
 
 import pytest
 
-import selinux
 from tests.policy_build import linked_file_contexts
+from tests.support import devstack
 
-pytestmark = pytest.mark.root
+selinux = devstack.module("selinux")  # libselinux's matchpathcon
+
+pytestmark = [pytest.mark.root, pytest.mark.devstack("selinux")]
 
 CHR = stat.S_IFCHR | 0o666
 REG = stat.S_IFREG | 0o644

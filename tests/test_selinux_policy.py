@@ -12,10 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import setools
 
 from ocihook.selinux.label import SHARED_READ_TYPES
 from tests.policy_build import build_linked_policy, build_module
+from tests.support import devstack
+
+setools = devstack.module("setools")
+NEEDS_SETOOLS = pytest.mark.devstack("setools")  # the tests that query the policy
 
 TUNABLE = "ocihook_use_vendor_devices"
 DEVICE_USE = {"open", "read", "write", "ioctl", "map"}
@@ -79,12 +82,14 @@ def test_make_builds_module_in_a_copy(tmp_path: Path) -> None:
     assert _artifacts(source) == before
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_container_reads_maps_executes_shared_files(policy) -> None:
     perms = allowed(policy, "container_t", "container_ro_file_t", "file")
     assert FILE_USE <= perms
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_container_cannot_change_shared_files(policy) -> None:
     everything_on = {str(b): True for b in policy.bools()}
@@ -96,12 +101,14 @@ def test_container_cannot_change_shared_files(policy) -> None:
             assert not perms & forbidden, (tclass, perms & forbidden)
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_container_uses_ocihook_devices(policy) -> None:
     assert DEVICE_USE <= allowed(policy, "container_t", "ocihook_device_t", "chr_file")
     assert not allowed(policy, "container_t", "ocihook_device_t", "blk_file")
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 @pytest.mark.parametrize("bools_on", [False, True])
 @pytest.mark.parametrize("target", ["fixed_disk_device_t", "memory_device_t"])
@@ -111,6 +118,7 @@ def test_container_never_touches_disks_or_memory(policy, bools_on, target, tclas
     assert not allowed(policy, "container_t", target, tclass, bools) & ANY_IO
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 @pytest.mark.parametrize("target", ["xserver_misc_device_t", "dri_device_t"])
 def test_vendor_devices_follow_the_tunable(policy, target) -> None:
@@ -118,11 +126,13 @@ def test_vendor_devices_follow_the_tunable(policy, target) -> None:
     assert DEVICE_USE <= allowed(policy, "container_t", target, "chr_file", {TUNABLE: True})
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_tunable_is_off_by_default(policy) -> None:
     assert {str(b): b.state for b in policy.bools()}[TUNABLE] is False
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_hsa_device_type_is_fedora_only(policy) -> None:
     """refpolicy has no hsa_device_t: the module's optional block for it is left out."""
@@ -131,6 +141,7 @@ def test_hsa_device_type_is_fedora_only(policy) -> None:
     assert {"xserver_misc_device_t", "dri_device_t", "ocihook_device_t"} <= types
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 def test_ocihook_device_is_a_device_node(policy) -> None:
     device = policy.lookup_type("ocihook_device_t")
@@ -141,12 +152,14 @@ def test_ocihook_device_is_a_device_node(policy) -> None:
 CONTAINER_SELINUX_ALIASES = {"container_share_t", "docker_share_t"}
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 @pytest.mark.parametrize("type_", sorted(SHARED_READ_TYPES - CONTAINER_SELINUX_ALIASES))
 def test_shared_read_types_are_readable(policy, type_) -> None:
     assert {"open", "read", "map"} <= allowed(policy, "container_t", type_, "file")
 
 
+@NEEDS_SETOOLS
 @pytest.mark.root
 @pytest.mark.parametrize("type_", ["user_home_t", "var_t", "tmp_t", "unlabeled_t", "device_t"])
 def test_other_types_are_not_readable(policy, type_) -> None:

@@ -17,16 +17,17 @@ import json
 import stat
 
 import pytest
-import setools
 
-import selinux
 from tests.policy_build import build_linked_policy, linked_file_contexts
-from tests.support import fake_hosts
+from tests.support import devstack, fake_hosts
 from tests.support.plans import run_plan
 from tests.test_devices_plan import write_config
 from tests.test_selinux_policy import DEVICE_USE, TUNABLE, allowed
 
-pytestmark = pytest.mark.root
+setools = devstack.module("setools")
+selinux = devstack.module("selinux")
+
+pytestmark = [pytest.mark.root, pytest.mark.devstack("setools", "selinux")]
 
 CHR = stat.S_IFCHR | 0o666
 

@@ -168,7 +168,9 @@ def audit(
     try:
         since_ts = None if since is None else parse_since(since)
     except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--since") from None
+        # ctx given: click 7 prints the "Try ... -h" hint only then (click 8 finds it itself)
+        context = click.get_current_context()
+        raise click.BadParameter(str(error), ctx=context, param_hint="--since") from None
     try:
         parsed = read_inputs(files or (DEFAULT_LOG,))
     except OSError as error:
