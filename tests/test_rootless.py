@@ -16,11 +16,15 @@ import os
 import stat
 import struct
 import subprocess
+import uuid
+from pathlib import Path
 
-from tests.support import rootless, synthetic
+from ocihook.hooksdirs import DEFAULT_DIR
+from tests.support import podman, rootless, synthetic
 
 SMI = "/usr/bin/synth-smi"
 CDI_ROUTE = "ocihook cdi generate --output /etc/cdi"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def ocihook_lines(stderr: str) -> list[str]:
@@ -64,6 +68,54 @@ def test_rootless_container_gets_library_through_ld_cache_and_every_node(
     assert record["ld_cache"] == "native"
     assert record["status"] == "exited"  # poststop ran, in the same per-user dir
     assert sorted(d["path"] for d in record["devices"]) == sorted(f"/dev/{n}" for n in names)
+
+
+def test_rootless_podman_runs_the_hook_from_its_default_hooks_dir(
+    rootless_setup, rootless_image_rhel
+):
+    """No --hooks-dir: rootless podman reads its default hooks dir,
+    /usr/share/containers/oci/hooks.d, where make install and the RPM put the registration.
+    The shipped hooks.d/ocihook.json goes there for the test's duration with this install's
+    hook and config, and its gate replaced by an annotation whose value only this test sets
+    (no other container on the machine runs it); it is removed afterwards, whatever happens,
+    with the dirs made for it. podman gets CONTAINERS_CONF, an empty containers.conf: its
+    built-in hooks_dir, whatever the host's or the user's containers.conf say. The same
+    registration in /etc/containers/oci/hooks.d instead does nothing (checked by hand)."""
+    key = "ocihook.test/rootless-default-hooks-dir"
+    value = uuid.uuid4().hex
+    document = json.loads((REPO / "hooks.d" / "ocihook.json").read_text())
+    document["hook"]["path"] = str(rootless_setup.hook)
+    args = document["hook"]["args"]
+    args[args.index("--config") + 1] = str(rootless_setup.config)
+    document["when"] = {"annotations": {"^" + key.replace(".", "\\.") + "$": f"^{value}$"}}
+    empty_conf = rootless_setup.work / "containers.conf"
+    empty_conf.write_text("")
+    os.chown(empty_conf, rootless_setup.user.uid, rootless_setup.user.gid)
+    env = {"CONTAINERS_CONF": str(empty_conf)}
+    command = ["/bin/sh", "-c", f"ls /dev; exec {SMI} /dev/synth0"]
+    with podman.placed(DEFAULT_DIR, f"zz-ocihook-rootless-{value[:12]}.json", document) as path:
+        gated = rootless_setup.run(
+            rootless_image_rhel,
+            command,
+            devices="0",
+            extra=["--annotation", f"{key}={value}"],
+            env=env,
+            hooks_dir=False,
+        )
+        other = rootless_setup.run(  # ocihook.io/devices alone, as any other container
+            rootless_image_rhel, command, devices="0", env=env, hooks_dir=False
+        )
+    assert not path.exists()
+    assert gated.returncode == 0, gated.stderr
+    assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in gated.stdout
+    assert synthetic.opened("synth0") in gated.stdout
+    record = gated.record()
+    assert record is not None, f"no record in {rootless_setup.state_dir}"
+    assert record["rootless"]["host_uid"] == rootless_setup.user.uid
+    assert record["status"] == "exited"  # poststop, from the same file
+    assert other.returncode == 127, other.stderr  # no synth-smi: the hook never ran
+    assert other.record() is None
+    assert not [name for name in other.stdout.split() if name.startswith("synth")]
 
 
 def test_rootless_keep_id_container(rootless_setup, rootless_image_rhel):
