@@ -24,6 +24,10 @@ from tests.support import podman, rootless, synthetic
 
 SMI = "/usr/bin/synth-smi"
 CDI_ROUTE = "ocihook cdi generate --output /etc/cdi"
+# How a refused device node ends: CDI would get the same host permissions (below).
+NO_CDI = (
+    "or use root podman (CDI cannot help: a rootless container gets its nodes as bind mounts too)"
+)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -229,6 +233,7 @@ def test_rootless_nodes_keep_host_permissions(rootless_setup, rootless_image_rhe
         (line,) = ocihook_lines(refused.stderr)
         assert f"rootless: device {node} (" in line and f"mode {mode}" in line, line
         assert "holds none of the user's host groups" in line
+        assert line.endswith(NO_CDI), line
     result, on_host = results["keep-groups"]
     assert on_host == 0 and result.returncode != 0, result.stderr
     assert "cannot open /dev/synth0: Permission denied" in result.stdout
@@ -237,6 +242,44 @@ def test_rootless_nodes_keep_host_permissions(rootless_setup, rootless_image_rhe
         assert result.returncode == 0, (case, result.stderr)
         assert synthetic.opened("synth0") in result.stdout
         assert on_host == 0
+
+
+def test_rootless_cdi_gets_the_same_host_permissions(rootless_setup, rootless_image_busybox):
+    """Why the refusal of a node the user cannot open names no CDI route: a rootless
+    container gets a CDI device node as a bind mount of the host's node too (runc cannot
+    mknod in a user namespace, nor set a device cgroup), so the host node's mode decides
+    there as well. A CDI spec of the test's own (written by hand, so that the node is at the
+    same path in the container as on the host, which is where runc bind-mounts it from; in
+    /var/run/cdi, which rootless podman reads, under a kind of its own, removed afterwards)
+    names the driver's synth0: it opens while the node is 0666, and not once it is root's
+    0600; no hook runs (no ocihook.io/devices)."""
+    node = rootless_setup.synth_root / "dev" / "synth0"
+    kind = f"ocihook.test/t{uuid.uuid4().hex[:12]}"
+    spec = Path("/var/run/cdi") / (kind.replace("/", "_") + ".json")
+    document = {
+        "cdiVersion": "0.5.0",
+        "kind": kind,
+        "devices": [{"name": "n", "containerEdits": {"deviceNodes": [{"path": str(node)}]}}],
+    }
+    command = ["/bin/sh", "-c", f"exec 3<>{node} && echo opened"]
+    results = {}
+    try:
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(json.dumps(document))
+        for mode in (0o666, 0o600):
+            os.chmod(node, mode)
+            results[mode] = rootless_setup.run(
+                rootless_image_busybox, command, extra=["--device", f"{kind}=n"]
+            )
+    finally:
+        spec.unlink(missing_ok=True)
+        os.chmod(node, 0o666)
+    assert results[0o666].returncode == 0, results[0o666].stderr
+    assert results[0o666].stdout.strip() == "opened"
+    refused = results[0o600]
+    assert refused.returncode != 0 and "opened" not in refused.stdout
+    assert "Permission denied" in refused.stderr, refused.stderr
+    assert refused.record() is None
 
 
 def _refused(setup, image) -> rootless.RootlessRun:
