@@ -155,8 +155,11 @@ def stale(directory: Path, now: float | None = None) -> bool:
     except FileNotFoundError:
         if _naming(directory):
             return False
-        times = [directory.lstat().st_mtime]
-        times += [entry.lstat().st_mtime for entry in directory.iterdir()]
+        try:
+            times = [directory.lstat().st_mtime]
+            times += [entry.lstat().st_mtime for entry in directory.iterdir()]
+        except OSError:
+            return False  # removed meanwhile (by its own run's teardown)
         return (now if now is not None else time.time()) - max(times) > UNOWNED_AGE
     return not pid.isdigit() or start_time(int(pid)) != started
 
