@@ -166,7 +166,13 @@ def device_problem(
     `access`, or None when it may. Without a device cgroup rule and without mknod, the
     node's own permissions decide, and a rootless container (runc) holds none of the user's
     host groups: it opens a node through its "other" bits, or as a uid or gid the namespace
-    maps (the user's own, e.g.). An ACL may let the user in (logind's uaccess): not judged."""
+    maps (the user's own, e.g.). An ACL may let the user in (logind's uaccess): not judged.
+
+    Unlike the config and runtime dir refusals, this one names no CDI route, because CDI
+    cannot help here: a rootless container gets a CDI device node as a bind mount of the
+    host's node too (runc cannot mknod in a user namespace, nor set a device cgroup), so
+    the same host permissions refuse it (tests/test_rootless.py shows it with real rootless
+    podman). Only the host (the node's mode, group or ACL) or root podman can."""
     want = (0o4 if "r" in access else 0) | (0o2 if "w" in access else 0)
     mode = stat.S_IMODE(st.st_mode)
     if mode & want == want or has_acl or keeps_groups:
@@ -179,7 +185,7 @@ def device_problem(
         "rootless container holds none of the user's host groups (crun's --group-add "
         "keep-groups excepted), and only host root can allow a device by cgroup or node; "
         'let the user open it on the host (udev: MODE="0666" or TAG+="uaccess"), or use '
-        "root podman"
+        "root podman (CDI cannot help: a rootless container gets its nodes as bind mounts too)"
     )
 
 

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,12 @@ def crio(tmp_path_factory, hook_exe) -> crio_support.Crio:
     docs/kubernetes.md (its dirs relocated under crio.node), the test images in its own
     storage, and the hook registered in the drop-in's first dir with the config at
     crio.hook_config (each test writes it: crio_setup). Stopped, and everything it left
-    removed, at the end of the session, whatever happened."""
+    removed, at the end of the session, whatever happened; what an earlier run that was
+    killed left (crio_support.sweep_leftovers) is undone first, and named in a warning."""
+    swept = crio_support.sweep_leftovers()
+    if swept:
+        message = f"undone what a killed CRI-O tier run left: {'; '.join(swept)}"
+        warnings.warn(message, stacklevel=1)
     drop_in = crio_support.docs_drop_in((REPO / "docs/kubernetes.md").read_text())
     server = crio_support.Crio(drop_in)
     try:

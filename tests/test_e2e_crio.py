@@ -11,7 +11,8 @@ those keys in the OCI config are kubelet's even where the pod's own annotations 
 
 Stand-ins: the accelerator is the synthetic driver (tests/support/synthetic.py: real ELF
 libraries and program, real char devices of this machine that runc's default device rules
-deny); the node's /etc and /usr are a directory of the test's own (crio.node), so that the
+deny), and for NVIDIA's CDI names the stand-in NVIDIA host of tests/support/nvidia_mig.py;
+the node's /etc and /usr are a directory of the test's own (crio.node), so that the
 machine's own are left alone.
 """
 
@@ -31,7 +32,7 @@ import yaml
 from ocihook.config import _cache_name
 from tests.conftest import base_config
 from tests.support import crio as crio_support
-from tests.support import k8s, synthetic
+from tests.support import k8s, nvidia_mig, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 ANNOTATION = "ocihook.io/devices"
@@ -379,3 +380,63 @@ def test_cdi_device_by_name_gets_the_hooks_files_and_nodes(crio, crio_setup, cdi
         cache = cdi.exec(container, ["grep", "-c", "libsynth.so.1", "/etc/ld.so.cache"])
         assert int(cache.stdout) >= 1
     assert set(crio_setup.records()) == {by_hook}
+
+
+def test_cdi_nvidia_gpu_by_uuid(crio, crio_setup, tmp_path):
+    """As NVIDIA's device plugin asks under its CDI strategy: `nvidia.com/gpu=GPU-<uuid>` in
+    the CRI's CDI device field, with the spec `ocihook cdi generate` wrote on a stand-in
+    NVIDIA host (tests/support/nvidia_mig.py: the driver's proc files, GPU nodes of major 195
+    that no driver here registers, a stand-in libnvidia-ml.so.1, real char devices as cap
+    nodes) in its default kind. The container gets that GPU's node and the control nodes and
+    no other: GPU 0's node, bound in by a CRI mount, is refused by the device cgroup (EPERM)
+    where GPU 1's is let through to the kernel (ENXIO: no driver), and no cap node is there."""
+    nvidia_mig.check_majors_unused()
+    host = nvidia_mig.build(tmp_path / "mig")
+    host.root.chmod(0o755)
+    settings = base_config(crio_setup.dir, crio_setup.synth_root, profile="nvidia")
+    settings["source_root"] = settings["device_root"] = str(host.root)
+    settings["ldconfig"] = {"enabled": False}
+    crio_setup.write_config(**settings)
+    gpu, other = nvidia_mig.GPU1, nvidia_mig.GPU0
+    result = subprocess.run(
+        [OCIHOOK, "cdi", "generate", "--config", str(crio_setup.config),
+         "--hook-path", OCIHOOK, "--output", str(crio.cdi_dir)],
+        capture_output=True, text=True, timeout=crio_support.TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    path = crio.cdi_dir / "nvidia.com_gpu.yaml"
+    try:
+        spec = yaml.safe_load(path.read_text())
+        assert spec["kind"] == "nvidia.com/gpu"
+        names = {d["name"] for d in spec["devices"]}
+        assert {gpu.uuid, other.uuid} <= names
+        script = (
+            'for p in /dev/nvidia1 /dev/nvidia0; do (exec 3<$p) 2>&1 && echo "OPEN $p ok"; '
+            "done; find /dev -type c | sort"
+        )
+        pod = crio_setup.pod("gpu", "team-a")
+        container = pod.run(
+            "cuda",
+            crio.images["busybox"],
+            ["/bin/sh", "-c", script],
+            CDI_devices=[{"name": f"nvidia.com/gpu={gpu.uuid}"}],
+            mounts=[{"container_path": "/dev/nvidia0", "host_path": f"{host.root}/dev/nvidia0"}],
+        )
+        assert pod.wait_exited(container)["exitCode"] == 0, pod.logs(container).stdout
+        logs = pod.logs(container).stdout
+    finally:
+        path.unlink()
+    lines = logs.splitlines()
+    (nvidia1,) = [line for line in lines if "/dev/nvidia1:" in line or "OPEN /dev/nvidia1" in line]
+    (nvidia0,) = [line for line in lines if "/dev/nvidia0:" in line or "OPEN /dev/nvidia0" in line]
+    assert nvidia1.endswith("No such device or address"), logs
+    assert nvidia0.endswith("Operation not permitted"), logs
+    vendor = {line for line in lines if line.startswith("/dev/nvidia")}
+    assert vendor == {
+        "/dev/nvidia0",  # the CRI mount's
+        "/dev/nvidia1",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+    }, logs
+    assert crio_setup.records() == {}  # no ocihook.io/devices: the hook did not run

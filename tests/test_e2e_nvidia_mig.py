@@ -34,11 +34,7 @@ NVIDIA_NODES = ("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-u
 @pytest.fixture
 def mig_host(hook_setup, tmp_path_factory, synth_root):
     """The stand-in MIG host as the hook's source and device root."""
-    registered = Path("/proc/devices").read_text().split("Block devices:")[0].split()
-    assert "195" not in registered and "510" not in registered, (
-        "a driver of this machine has major 195 or 510: opening the fake GPU nodes would "
-        "reach it instead of failing with ENXIO"
-    )
+    nvidia_mig.check_majors_unused()
     host = nvidia_mig.build(tmp_path_factory.mktemp("mig") / "root")
     host.root.chmod(0o755)
 
@@ -110,9 +106,18 @@ def test_annotation_mig_device(name, mig_host, hook_setup, image_busybox):
     assert host.caps["mig/monitor"].numbers not in rules
 
 
+def _check_gpu1(result) -> None:
+    """The container of GPU 1: /dev/nvidia1 (ENXIO: allowed, no driver) and the control
+    nodes; GPU 0's node (bound in by podman) is refused by the cgroup; no cap node."""
+    assert result.returncode == 0, result.stderr
+    assert _outcome(result.stdout, "/dev/nvidia1").endswith(ENXIO), result.stdout
+    assert _outcome(result.stdout, "/dev/nvidia0").endswith(EPERM), result.stdout
+    expected = {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+    assert _vendor_nodes(result.stdout) == expected | {"/dev/nvidia-uvm-tools"}
+
+
 def test_annotation_gpu_uuid(mig_host, hook_setup, image_busybox):
-    """GPU 1 by its UUID: /dev/nvidia1 and the control nodes; GPU 0's node (bound in by
-    podman) is refused by the cgroup."""
+    """GPU 1 by its UUID."""
     host = mig_host()
     result = hook_setup.run(
         image_busybox,
@@ -120,11 +125,7 @@ def test_annotation_gpu_uuid(mig_host, hook_setup, image_busybox):
         devices=GPU1.uuid,
         extra=_bind(host, ["/dev/nvidia0"]),
     )
-    assert result.returncode == 0, result.stderr
-    assert _outcome(result.stdout, "/dev/nvidia1").endswith(ENXIO), result.stdout
-    assert _outcome(result.stdout, "/dev/nvidia0").endswith(EPERM), result.stdout
-    expected = {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
-    assert _vendor_nodes(result.stdout) == expected | {"/dev/nvidia-uvm-tools"}
+    _check_gpu1(result)
 
 
 def test_a_uuid_the_host_lacks_fails_the_start_with_the_hosts_uuids(
@@ -141,20 +142,40 @@ def test_a_uuid_the_host_lacks_fails_the_start_with_the_hosts_uuids(
     assert hook_setup.records() == []
 
 
-def test_env_request_as_the_device_plugins_env_strategy(mig_host, hook_setup, image_busybox):
+@pytest.mark.parametrize("name", ["uuid", "index pair"])
+def test_env_request_as_the_device_plugins_env_strategy(name, mig_host, hook_setup, image_busybox):
     """NVIDIA's device plugin (deviceListStrategy envvar) sets NVIDIA_VISIBLE_DEVICES to the
-    UUIDs it allocated: with request.env the hook honours it, MIG devices included."""
+    UUIDs it allocated (or, by Slurm-style index, `G:M`): with request.env the hook honours
+    it, MIG devices included. No annotation: the registration runs for every container."""
     host = mig_host(request={"env": True})
     hook_setup.gate_always()
     mig, sibling = MIG0, MIG1
     own = host.instance_nodes(GPU0, mig)
     others = [host.instance_nodes(GPU0, sibling)[0], host.cap_node("mig/config")]
+    value = mig.uuid if name == "uuid" else f"0:{mig.index}"
     result = hook_setup.run(
         image_busybox,
         ["/bin/sh", "-c", _script(["/dev/nvidia0", *own, *others])],
-        extra=["-e", f"NVIDIA_VISIBLE_DEVICES={mig.uuid}", *_bind(host, others)],
+        extra=["-e", f"NVIDIA_VISIBLE_DEVICES={value}", *_bind(host, others)],
     )
     _check_mig(result, host, mig, sibling)
+    (record,) = hook_setup.records()
+    assert json.loads(record.read_text())["request"] == value
+
+
+def test_env_request_gpu_uuid(mig_host, hook_setup, image_busybox):
+    """NVIDIA_VISIBLE_DEVICES naming a whole GPU by its UUID, on the env path."""
+    host = mig_host(request={"env": True})
+    hook_setup.gate_always()
+    value = GPU1.uuid
+    result = hook_setup.run(
+        image_busybox,
+        ["/bin/sh", "-c", _script(["/dev/nvidia1", "/dev/nvidia0"])],
+        extra=["-e", f"NVIDIA_VISIBLE_DEVICES={value}", *_bind(host, ["/dev/nvidia0"])],
+    )
+    _check_gpu1(result)
+    (record,) = hook_setup.records()
+    assert json.loads(record.read_text())["request"] == value
 
 
 @pytest.mark.parametrize(

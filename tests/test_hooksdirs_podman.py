@@ -14,12 +14,10 @@ or run these hooks."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ import pytest
 from ocihook import hooksdirs
 from ocihook.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
 from tests.support import podman
+from tests.support.podman import placed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,30 +88,6 @@ class Bed:
             env=self.env(),
         )
         return result.stdout + result.stderr
-
-
-@contextmanager
-def placed(directory: str | Path, name: str, document: dict):
-    """A hooks.d file in directory for the duration (a real hooks dir of the host, too):
-    written under another name and renamed, removed afterwards with the dirs made for it."""
-    directory = Path(directory)
-    made = []
-    for parent in reversed([directory, *directory.parents]):
-        if not parent.exists():
-            parent.mkdir()
-            made.append(parent)
-    path = directory / name
-    partial = directory / f".{name}.partial"  # no .json: podman passes it over
-    try:
-        partial.write_text(json.dumps(document))
-        partial.rename(path)
-        yield path
-    finally:
-        for leftover in (path, partial):
-            if leftover.exists():
-                leftover.unlink()
-        for parent in reversed(made):
-            parent.rmdir()
 
 
 @pytest.fixture

@@ -16,11 +16,19 @@ import os
 import stat
 import struct
 import subprocess
+import uuid
+from pathlib import Path
 
-from tests.support import rootless, synthetic
+from ocihook.hooksdirs import DEFAULT_DIR
+from tests.support import podman, rootless, synthetic
 
 SMI = "/usr/bin/synth-smi"
 CDI_ROUTE = "ocihook cdi generate --output /etc/cdi"
+# How a refused device node ends: CDI would get the same host permissions (below).
+NO_CDI = (
+    "or use root podman (CDI cannot help: a rootless container gets its nodes as bind mounts too)"
+)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def ocihook_lines(stderr: str) -> list[str]:
@@ -64,6 +72,54 @@ def test_rootless_container_gets_library_through_ld_cache_and_every_node(
     assert record["ld_cache"] == "native"
     assert record["status"] == "exited"  # poststop ran, in the same per-user dir
     assert sorted(d["path"] for d in record["devices"]) == sorted(f"/dev/{n}" for n in names)
+
+
+def test_rootless_podman_runs_the_hook_from_its_default_hooks_dir(
+    rootless_setup, rootless_image_rhel
+):
+    """No --hooks-dir: rootless podman reads its default hooks dir,
+    /usr/share/containers/oci/hooks.d, where make install and the RPM put the registration.
+    The shipped hooks.d/ocihook.json goes there for the test's duration with this install's
+    hook and config, and its gate replaced by an annotation whose value only this test sets
+    (no other container on the machine runs it); it is removed afterwards, whatever happens,
+    with the dirs made for it. podman gets CONTAINERS_CONF, an empty containers.conf: its
+    built-in hooks_dir, whatever the host's or the user's containers.conf say. The same
+    registration in /etc/containers/oci/hooks.d instead does nothing (checked by hand)."""
+    key = "ocihook.test/rootless-default-hooks-dir"
+    value = uuid.uuid4().hex
+    document = json.loads((REPO / "hooks.d" / "ocihook.json").read_text())
+    document["hook"]["path"] = str(rootless_setup.hook)
+    args = document["hook"]["args"]
+    args[args.index("--config") + 1] = str(rootless_setup.config)
+    document["when"] = {"annotations": {"^" + key.replace(".", "\\.") + "$": f"^{value}$"}}
+    empty_conf = rootless_setup.work / "containers.conf"
+    empty_conf.write_text("")
+    os.chown(empty_conf, rootless_setup.user.uid, rootless_setup.user.gid)
+    env = {"CONTAINERS_CONF": str(empty_conf)}
+    command = ["/bin/sh", "-c", f"ls /dev; exec {SMI} /dev/synth0"]
+    with podman.placed(DEFAULT_DIR, f"zz-ocihook-rootless-{value[:12]}.json", document) as path:
+        gated = rootless_setup.run(
+            rootless_image_rhel,
+            command,
+            devices="0",
+            extra=["--annotation", f"{key}={value}"],
+            env=env,
+            hooks_dir=False,
+        )
+        other = rootless_setup.run(  # ocihook.io/devices alone, as any other container
+            rootless_image_rhel, command, devices="0", env=env, hooks_dir=False
+        )
+    assert not path.exists()
+    assert gated.returncode == 0, gated.stderr
+    assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in gated.stdout
+    assert synthetic.opened("synth0") in gated.stdout
+    record = gated.record()
+    assert record is not None, f"no record in {rootless_setup.state_dir}"
+    assert record["rootless"]["host_uid"] == rootless_setup.user.uid
+    assert record["status"] == "exited"  # poststop, from the same file
+    assert other.returncode == 127, other.stderr  # no synth-smi: the hook never ran
+    assert other.record() is None
+    assert not [name for name in other.stdout.split() if name.startswith("synth")]
 
 
 def test_rootless_keep_id_container(rootless_setup, rootless_image_rhel):
@@ -177,6 +233,7 @@ def test_rootless_nodes_keep_host_permissions(rootless_setup, rootless_image_rhe
         (line,) = ocihook_lines(refused.stderr)
         assert f"rootless: device {node} (" in line and f"mode {mode}" in line, line
         assert "holds none of the user's host groups" in line
+        assert line.endswith(NO_CDI), line
     result, on_host = results["keep-groups"]
     assert on_host == 0 and result.returncode != 0, result.stderr
     assert "cannot open /dev/synth0: Permission denied" in result.stdout
@@ -185,6 +242,44 @@ def test_rootless_nodes_keep_host_permissions(rootless_setup, rootless_image_rhe
         assert result.returncode == 0, (case, result.stderr)
         assert synthetic.opened("synth0") in result.stdout
         assert on_host == 0
+
+
+def test_rootless_cdi_gets_the_same_host_permissions(rootless_setup, rootless_image_busybox):
+    """Why the refusal of a node the user cannot open names no CDI route: a rootless
+    container gets a CDI device node as a bind mount of the host's node too (runc cannot
+    mknod in a user namespace, nor set a device cgroup), so the host node's mode decides
+    there as well. A CDI spec of the test's own (written by hand, so that the node is at the
+    same path in the container as on the host, which is where runc bind-mounts it from; in
+    /var/run/cdi, which rootless podman reads, under a kind of its own, removed afterwards)
+    names the driver's synth0: it opens while the node is 0666, and not once it is root's
+    0600; no hook runs (no ocihook.io/devices)."""
+    node = rootless_setup.synth_root / "dev" / "synth0"
+    kind = f"ocihook.test/t{uuid.uuid4().hex[:12]}"
+    spec = Path("/var/run/cdi") / (kind.replace("/", "_") + ".json")
+    document = {
+        "cdiVersion": "0.5.0",
+        "kind": kind,
+        "devices": [{"name": "n", "containerEdits": {"deviceNodes": [{"path": str(node)}]}}],
+    }
+    command = ["/bin/sh", "-c", f"exec 3<>{node} && echo opened"]
+    results = {}
+    try:
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(json.dumps(document))
+        for mode in (0o666, 0o600):
+            os.chmod(node, mode)
+            results[mode] = rootless_setup.run(
+                rootless_image_busybox, command, extra=["--device", f"{kind}=n"]
+            )
+    finally:
+        spec.unlink(missing_ok=True)
+        os.chmod(node, 0o666)
+    assert results[0o666].returncode == 0, results[0o666].stderr
+    assert results[0o666].stdout.strip() == "opened"
+    refused = results[0o600]
+    assert refused.returncode != 0 and "opened" not in refused.stdout
+    assert "Permission denied" in refused.stderr, refused.stderr
+    assert refused.record() is None
 
 
 def _refused(setup, image) -> rootless.RootlessRun:

@@ -79,3 +79,8 @@ def test_device_problem(uid, gid, mode, access, acl, keeps, opens):
     assert (problem is None) == opens, problem
     if problem:
         assert problem.startswith(f"rootless: device /dev/x (10:237, mode {mode:04o})")
+        assert "\n" not in problem
+        assert problem.endswith(
+            "or use root podman (CDI cannot help: a rootless container gets its nodes as bind "
+            "mounts too)"
+        )

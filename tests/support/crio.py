@@ -4,8 +4,14 @@ and pods and containers configured the way kubelet configures them.
 Everything it has lives in one scratch dir, `/var/tmp/ocihook-crio-XXXXXXXX` (storage root
 and runroot, runc's state, pinned namespaces, logs, the hooks and CDI dirs, a node root for
 the Kubernetes installer): nothing it creates or removes touches podman's storage, which other
-tests use at the same time. `stop()` removes every pod, stops crio, unmounts what it left,
-ends what it left running, removes its cgroups and the dir.
+tests use at the same time. `stop()` removes every pod, stops crio, ends what it left
+running, unmounts what it left, removes its cgroups and the dir.
+
+A run killed before `stop()` (SIGKILL of pytest) leaves all of that: crio runs on in a
+session of its own, with conmon and the containers. The dir's `owner` file names the
+process that made it (pid and start time); `sweep_leftovers()`, at the start of the tier,
+undoes every dir whose owner is gone the way `stop()` would, and leaves every other dir
+alone (see `stale`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from ocihook import mountinfo
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SHARED = REPO.parent / "shared" / "tools" / "crio"
@@ -40,6 +48,11 @@ NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE = 0, 1, 2
 IDLE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
 # Generous: crio shares 2 cores with other test runs.
 TIMEOUT = 180
+OWNER = "owner"  # in the scratch dir: "<pid> <start time>" of the process that made it
+# A dir without an owner file (made by an older version of this module, or by a run killed
+# in the instant between mkdtemp and writing the file) counts as left behind only when no
+# process names it and nothing at its top changed for this long.
+UNOWNED_AGE = 3600
 
 
 def binaries() -> dict[str, str] | None:
@@ -112,6 +125,170 @@ def relocate(drop_in: str, root: Path) -> str:
     return drop_in[:start] + moved + drop_in[end:]
 
 
+# -- what a run leaves, and the sweep of what a killed run left --------------------------------
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat, clock ticks since boot), which
+    tells it from a later process with the same pid; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def make_dir(base: Path = BASE) -> Path:
+    """A fresh scratch dir with this process named in its owner file."""
+    directory = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=base))
+    (directory / OWNER).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
+    directory.chmod(0o755)
+    return directory
+
+
+def stale(directory: Path, now: float | None = None) -> bool:
+    """Whether `directory` is what a killed run left: its owner file names a process that is
+    gone (no process with that pid and start time); without an owner file, when no process
+    names the dir in its command line and nothing at its top changed for UNOWNED_AGE."""
+    try:
+        pid, _, started = (directory / OWNER).read_text().strip().partition(" ")
+    except FileNotFoundError:
+        if _naming(directory):
+            return False
+        try:
+            times = [directory.lstat().st_mtime]
+            times += [entry.lstat().st_mtime for entry in directory.iterdir()]
+        except OSError:
+            return False  # removed meanwhile (by its own run's teardown)
+        return (now if now is not None else time.time()) - max(times) > UNOWNED_AGE
+    return not pid.isdigit() or start_time(int(pid)) != started
+
+
+def sweep_leftovers(base: Path = BASE) -> list[str]:
+    """Undo what killed runs left in `base`: for each stale `ocihook-crio-*` dir, its
+    processes, mounts, cgroups and the dir itself (`undo`). What was undone, one line each."""
+    done = []
+    for directory in sorted(base.glob(f"{DIR_PREFIX}*")):
+        if directory.is_dir() and not directory.is_symlink() and stale(directory):
+            done += undo(directory)
+    return done
+
+
+def undo(directory: Path, hierarchies: list[Path] | None = None) -> list[str]:
+    """End every process of the dir (crio, conmon, the containers), unmount everything below
+    it (deepest first), remove its cgroups in every hierarchy, then the dir; what was done.
+    The dir is removed only when nothing is mounted below it any more, and kept (for the
+    next sweep to try again) while a cgroup named after it is left."""
+    roots = cgroup_hierarchies() if hierarchies is None else hierarchies
+    done = end_processes(directory, roots)
+    done += unmount_below(directory)
+    left = mounts_below(directory)
+    if left:
+        raise AssertionError(f"still mounted under {directory}: {left}")
+    cgroups = remove_cgroups(directory.name, roots)
+    if cgroups:
+        return [*done, *cgroups, f"{directory} kept: its cgroups are left"]
+    shutil.rmtree(directory)
+    return [*done, f"{directory} removed"]
+
+
+def cgroup_hierarchies(text: str | None = None) -> list[Path]:
+    """The mount points of the cgroup hierarchies (of `text`, a mountinfo, or this process's):
+    on a v1 host one per controller (/sys/fs/cgroup/pids, ...), on a hybrid host those and
+    the unified one (/sys/fs/cgroup/unified), on a v2 host /sys/fs/cgroup itself."""
+    entries = mountinfo.parse(text) if text is not None else mountinfo.read()
+    points = [Path(e.point) for e in entries if e.fstype in ("cgroup", "cgroup2")]
+    return list(dict.fromkeys(points))
+
+
+def _naming(directory: Path) -> set[int]:
+    """Processes (not this one) whose command line names `directory` or a path below it."""
+    pattern = re.compile(re.escape(os.fsencode(directory)) + rb"(?=/|\x00|$)")
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if pattern.search(cmdline):
+            pids.add(int(entry.name))
+    return pids
+
+
+def processes(directory: Path, hierarchies: list[Path]) -> set[int]:
+    """The dir's processes: those in its cgroups (named after the dir, in each hierarchy:
+    the containers and conmon) and those whose command line names it (crio, conmon)."""
+    pids = _naming(directory)
+    for root in hierarchies:
+        for procs in (root / directory.name).glob("**/cgroup.procs"):
+            try:
+                pids.update(int(line) for line in procs.read_text().split())
+            except OSError:
+                continue  # removed meanwhile
+    pids.discard(os.getpid())
+    return pids
+
+
+def end_processes(directory: Path, hierarchies: list[Path]) -> list[str]:
+    """SIGKILL the dir's processes, again while any are left (crio may have started one)."""
+    ended: list[str] = []
+    for _ in range(10):
+        pids = processes(directory, hierarchies)
+        if not pids:
+            break
+        for pid in sorted(pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended.append(f"process {pid} killed")
+            except ProcessLookupError:
+                pass
+        time.sleep(1)
+    return ended
+
+
+def mounts_below(directory: Path) -> list[str]:
+    """Mount points below `directory` in this mount namespace (one per mount)."""
+    prefix = f"{directory}/"
+    return [e.point for e in mountinfo.read() if e.point.startswith(prefix)]
+
+
+def unmount_below(directory: Path) -> list[str]:
+    """Unmount everything below `directory`, deepest first (lazily where a plain umount
+    fails), until nothing is left or nothing more can be done."""
+    undone: list[str] = []
+    for _ in range(10):
+        points = mounts_below(directory)
+        if not points:
+            break
+        for point in sorted(points, key=lambda p: p.count("/"), reverse=True):
+            for command in (["umount", point], ["umount", "-l", point]):
+                if subprocess.run(command, capture_output=True).returncode == 0:
+                    undone.append(f"{point} unmounted")
+                    break
+    return undone
+
+
+def remove_cgroups(name: str, hierarchies: list[Path]) -> list[str]:
+    """The cgroup `name` (crio's cgroup parent, /NAME) and everything below it, deepest
+    first, in each hierarchy; what could not be removed."""
+    left = []
+    for root in hierarchies:
+        parent = root / name
+        if not parent.is_dir():
+            continue
+        children = sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for cgroup in [*children, parent]:
+            try:
+                cgroup.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                left.append(f"cgroup {cgroup}: {error}")
+    return left
+
+
 class Crio:
     """One crio process with its own config and state under `self.dir`."""
 
@@ -119,8 +296,7 @@ class Crio:
         tools = binaries()
         assert tools, unmet()
         self.tools = tools
-        self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=BASE))
-        self.dir.chmod(0o755)
+        self.dir = make_dir()
         self.socket = self.dir / "crio.sock"
         self.log = self.dir / "crio.log"
         self.node = self.dir / "node"  # the node root the docs' paths are relocated under
@@ -286,74 +462,19 @@ enable_nri = false
                 forced.append(f"crio {self.process.pid} killed")
                 self.process.kill()
                 self.process.wait(timeout=60)
-        forced += self._end_leftover_processes()
-        forced += self._unmount_leftovers()
-        forced += self._remove_cgroups()
+        hierarchies = cgroup_hierarchies()
+        forced += end_processes(self.dir, hierarchies)
+        forced += unmount_below(self.dir)
+        forced += remove_cgroups(self.dir.name, hierarchies)
         left = self.mounts()
         if left:
             raise AssertionError(f"still mounted under {self.dir}: {left}")
         shutil.rmtree(self.dir)
         return forced
 
-    def _end_leftover_processes(self) -> list[str]:
-        """conmon and container processes of this crio that outlived it (by pid)."""
-        ended = []
-        for pid in self._pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                ended.append(f"process {pid} killed")
-            except ProcessLookupError:
-                pass
-        if ended:
-            time.sleep(1)
-        return ended
-
-    def _pids(self) -> set[int]:
-        pids = set()
-        for procs in Path("/sys/fs/cgroup/pids").glob(f"{self.dir.name}/**/cgroup.procs"):
-            pids.update(int(line) for line in procs.read_text().split())
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if str(self.dir).encode() in cmdline and entry.name != str(os.getpid()):
-                pids.add(int(entry.name))
-        return pids
-
     def mounts(self) -> list[str]:
         """Mount points under this crio's dir, in the host's mount table."""
-        prefix = f"{self.dir}/"
-        with open("/proc/self/mountinfo") as mountinfo:
-            return [line.split()[4] for line in mountinfo if line.split()[4].startswith(prefix)]
-
-    def _unmount_leftovers(self) -> list[str]:
-        undone = []
-        for point in sorted(set(self.mounts()), key=lambda p: p.count("/"), reverse=True):
-            result = subprocess.run(["umount", point], capture_output=True)
-            if result.returncode != 0:
-                subprocess.run(["umount", "-l", point], capture_output=True)
-            undone.append(f"{point} unmounted")
-        return undone
-
-    def _remove_cgroups(self) -> list[str]:
-        """The pods' cgroup parent in every hierarchy (crio leaves the parent itself)."""
-        left = []
-        for hierarchy in Path("/sys/fs/cgroup").iterdir():
-            parent = hierarchy / self.dir.name
-            if not parent.is_dir():
-                continue
-            children = sorted(
-                (p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
-            )
-            for cgroup in [*children, parent]:
-                try:
-                    cgroup.rmdir()
-                except OSError as error:
-                    left.append(f"cgroup {cgroup}: {error}")
-        return left
+        return mounts_below(self.dir)
 
     # -- crictl ----------------------------------------------------------------------------
 

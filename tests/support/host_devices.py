@@ -187,6 +187,14 @@ def _all(proc: str, dev: str, exclude: frozenset[str]) -> tuple[HostDevice, ...]
     return tuple(usable(candidates, host_nodes(dev), exclude))
 
 
+def available(
+    proc: str = "/proc", dev: str = "/dev", exclude: frozenset[str] | None = None
+) -> list[HostDevice]:
+    """Every usable device of the running kernel (the module docstring's rule), in pick's
+    order; `exclude` as pick's."""
+    return list(_all(proc, dev, excluded() if exclude is None else frozenset(exclude)))
+
+
 def pick(
     count: int,
     purpose: str = "tests",

@@ -143,6 +143,16 @@ class MigHost:
         return [self.cap_node(f"{base}/access"), self.cap_node(f"{base}/ci{mig.ci}/access")]
 
 
+def check_majors_unused() -> None:
+    """The stand-in GPU nodes' majors (195, and nvidia-uvm's 510) belong to no driver of
+    this machine: opening them must fail with ENXIO, never reach a real device."""
+    registered = Path("/proc/devices").read_text().split("Block devices:")[0].split()
+    assert "195" not in registered and "510" not in registered, (
+        "a driver of this machine has major 195 or 510: opening the fake GPU nodes would "
+        "reach it instead of failing with ENXIO"
+    )
+
+
 def build(
     root: Path,
     layout: tuple[Gpu, ...] = LAYOUT,

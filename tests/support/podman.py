@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -82,3 +83,33 @@ def write_hook_executable(path: Path, python: str) -> Path:
         check=True,
     )
     return path
+
+
+@contextmanager
+def placed(directory: str | Path, name: str, document: dict):
+    """A hooks.d file in directory for the duration (a real hooks dir of the host, too):
+    written under another name and renamed (a runtime never reads it half-written), removed
+    afterwards, whatever happens, with the dirs made for it (one that still holds another
+    run's file at the end stays)."""
+    directory = Path(directory)
+    made = []
+    for parent in reversed([directory, *directory.parents]):
+        try:
+            parent.mkdir()
+        except FileExistsError:
+            continue
+        made.append(parent)
+    path = directory / name
+    partial = directory / f".{name}.partial"  # no .json: podman and CRI-O pass it over
+    try:
+        partial.write_text(json.dumps(document))
+        partial.rename(path)
+        yield path
+    finally:
+        for leftover in (path, partial):
+            leftover.unlink(missing_ok=True)
+        for parent in reversed(made):
+            try:
+                parent.rmdir()
+            except OSError:
+                pass  # another run's file is in it (or that run removed it first)

@@ -13,8 +13,9 @@ removed when it ends.
 podman runs as the user through runuser with an explicit environment (HOME, XDG_RUNTIME_DIR,
 PATH), runc, the cgroupfs manager (rootless podman on this cgroup v1 host has no systemd user
 session), the vfs storage driver (PODMAN_FLAGS), no network and the ulimits of
-tests/support/podman.py, with the hooks dir passed by --hooks-dir: the host's default hooks
-dir is never touched.
+tests/support/podman.py, with the hooks dir passed by --hooks-dir. The one test of podman's
+own default hooks dir (test_rootless.py) places a registration there for its duration, gated
+by an annotation value of its own.
 """
 
 from __future__ import annotations
@@ -230,6 +231,21 @@ class Install:
         self.config.write_text(yaml.safe_dump(settings))
         os.chmod(self.config, 0o644)
 
+    def registration(self, when: dict | None = None) -> dict:
+        """The hooks.d document for this install's hook and config (`when`: its gate; by
+        default the shipped one, `ocihook.io/devices` set)."""
+        return {
+            "version": "1.0.0",
+            "hook": {
+                "path": str(self.hook),
+                "args": ["ocihook-hook", "--config", str(self.config)],
+                "env": [f"PATH={PATH}"],
+                "timeout": 30,
+            },
+            "when": when or {"annotations": {r"^ocihook\.io/devices$": ".+"}},
+            "stages": ["prestart", "poststop"],
+        }
+
     def base_config(self, **overrides) -> dict:
         settings = synthetic.config(
             self.synth_root, None, log={"target": str(self.log), "debug": True}
@@ -246,11 +262,14 @@ class Install:
         extra: list[str] | None = None,
         timeout: int = 180,
         env: dict[str, str] | None = None,
+        hooks_dir: bool = True,
     ) -> RootlessRun:
         """A rootless container of the user with this install's hooks dir (`env`: more of
-        the user's environment for podman)."""
+        the user's environment for podman; `hooks_dir=False`: no --hooks-dir, podman reads
+        the hooks dirs its configuration names)."""
         cidfile = self.work / f"cid-{uuid.uuid4().hex[:12]}"
-        args = ["--hooks-dir", str(self.hooks_dir), "run", *podman.RUN_FLAGS]
+        args = ["--hooks-dir", str(self.hooks_dir)] if hooks_dir else []
+        args += ["run", *podman.RUN_FLAGS]
         args += ["--cidfile", str(cidfile)]
         if devices is not None:
             args += ["--annotation", f"{podman.ANNOTATION}={devices}"]
@@ -351,18 +370,7 @@ def install(user: User) -> Install:
     work.mkdir()
     result = Install(user, base, hook, config, hooks_dir, synth, work)
     result.write_config(**result.base_config())
-    document = {
-        "version": "1.0.0",
-        "hook": {
-            "path": str(hook),
-            "args": ["ocihook-hook", "--config", str(config)],
-            "env": [f"PATH={PATH}"],
-            "timeout": 30,
-        },
-        "when": {"annotations": {r"^ocihook\.io/devices$": ".+"}},
-        "stages": ["prestart", "poststop"],
-    }
-    (hooks_dir / "ocihook.json").write_text(json.dumps(document, indent=2))
+    (hooks_dir / "ocihook.json").write_text(json.dumps(result.registration(), indent=2))
     write_tree(base)
     for node in (synth / "dev").iterdir():  # world read-write, as the driver's own nodes are
         os.chmod(node, 0o666)
