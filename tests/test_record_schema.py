@@ -86,7 +86,7 @@ def test_written_record_reads_back_in_the_audit():
         ),
         Injected("binary", "/usr/bin/x-smi", "/drv/usr/bin/x-smi", 64768, 101, None),
         Injected("link", "/usr/lib64/libx.so", "libx.so.1"),
-        Injected("device", "/dev/x0", "/drv/dev/x0", label=LABEL),
+        Injected("device", "/dev/x0", "/drv/dev/x0", label=LABEL, numbers=(10, 237)),
     ]
     assert "rootless" not in body
     # The hook of a rootless container: no cgroup edits, the user named; audit reads it alike.
