@@ -16,7 +16,7 @@ from ocihook import apply, cgroups, ldcache, mountinfo, privileges, record, secu
 from ocihook.discover import build_plan
 from ocihook.errors import OcihookError, describe
 from ocihook.hostldconfig import open_ldconfig
-from ocihook.kinds import KINDS, LABEL_WRITABLE
+from ocihook.kinds import KINDS, LABEL_WRITABLE, Kind
 from ocihook.plan import Plan, device_rules, finalize
 from ocihook.roots import Roots
 from ocihook.selinux import label as selinux_label
@@ -30,12 +30,19 @@ if TYPE_CHECKING:
 
 
 def check_source_labels(
-    sources: list[apply.SourceTree], config: dict, log: record.Log, source_real: str | None = None
+    sources: list[apply.SourceTree],
+    config: dict,
+    log: record.Log,
+    source_real: str | None = None,
+    process_label: str | None = None,
 ) -> list[str | None]:
     """The SELinux labels of the bind-mount sources, in order, read from the fds that are
     mounted (not from their host paths); a label no container can read (or, for a
     read-write mount, write) fails the start, or is logged with `selinux.source_check:
-    warn`. `source_real` is the source root's canonical path (for the fix's wording)."""
+    warn`. `source_real` is the source root's canonical path (for the fix's wording).
+    A read-only source of a type outside the ones every container policy grants (a host
+    driver's /usr/bin binary is bin_t) is fine when the loaded policy lets the container's
+    `process_label` use it as its kind needs (selinux/access.py asks the kernel)."""
     labels = [
         selinux_label.get_label(securepath.fd_path(s.fd), follow_symlinks=True) for s in sources
     ]
@@ -44,6 +51,7 @@ def check_source_labels(
         return labels
     fix = None
     seen = set()
+    asked: dict[tuple[str, str], bool | None] = {}
     for source, context in zip(sources, labels):
         mount = source.mount
         if mount.host_path in seen:
@@ -54,6 +62,8 @@ def check_source_labels(
             problem = writable_label_problem(mount.host_path, context)
         elif selinux_label.source_label_problem(mount.host_path, context, "") is None:
             continue
+        elif policy_allows(process_label, context, KINDS[mount.kind], asked):
+            continue
         else:
             fix = fix or relabel_fix(config["source_root"], source_real)
             problem = selinux_label.source_label_problem(mount.host_path, context, fix)
@@ -63,6 +73,20 @@ def check_source_labels(
             raise OcihookError(problem)
         log.info(f"warning: {problem}")
     return labels
+
+
+def policy_allows(process_label: str | None, context: str | None, kind: Kind, asked: dict) -> bool:
+    """Whether the running policy lets the container's domain use a source labelled
+    `context` as `kind` needs (asked once per label and kind's needs: `asked`)."""
+    if not process_label or not context:
+        return False
+    from ocihook.selinux import access
+
+    tclass, perms = access.use(kind.source, kind.executable)
+    key = (context, f"{tclass} {' '.join(perms)}")
+    if key not in asked:
+        asked[key] = access.allowed(process_label, context, tclass, perms)
+    return asked[key] is True
 
 
 def writable_label_problem(path: str, context: str | None) -> str | None:
@@ -208,7 +232,11 @@ class _Injection:
             self.node_sources = self.api.nodes(plan, roots)
         if decision.file_label:
             self.labels = check_source_labels(
-                self.sources, self.config, self.log, roots.source_real
+                self.sources,
+                self.config,
+                self.log,
+                roots.source_real,
+                self.container.process_label,
             )
         else:
             self.labels = [None] * len(self.sources)

@@ -47,6 +47,7 @@ LAYERS = {
         "ocihook.schemaerrors",
         "ocihook.securepath",
         "ocihook.selinux",
+        "ocihook.selinux.access",
         "ocihook.selinux.label",
         "ocihook.selinux.names",
         "ocihook.slots",

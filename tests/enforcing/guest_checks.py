@@ -546,6 +546,62 @@ def vendor_devices(runtime: str):
     return ok, detail if ok else f"{detail}; refused: {bad}"
 
 
+# The driver as a distribution package installs it on a host: in the host's own /usr and
+# /lib/firmware, labelled by the policy's defaults (lib_t libraries, bin_t binaries), the
+# host root as source_root. Nothing of it may be relabelled (ocihook selinux relabel
+# refuses /usr): the hook must accept what the loaded policy lets containers use.
+HOST_FILES = ("usr/lib/x86_64-linux-gnu", "usr/bin", "lib/firmware/synth")
+
+
+def host_root_driver(runtime: str):
+    staging = Path("/var/tmp/ocihook-host-driver")
+    shutil.rmtree(staging, ignore_errors=True)
+    synthetic.build_driver(staging)
+    copied = []
+    try:
+        for part in HOST_FILES:
+            for source in sorted((staging / part).rglob("*")):
+                target = Path("/") / source.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if source.is_dir():
+                    target.mkdir(exist_ok=True)
+                    continue
+                if os.path.lexists(target):
+                    raise RuntimeError(f"{target} exists on this host already")
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), target)
+                else:
+                    shutil.copy2(source, target)
+                copied.append(str(target))
+        sh(["restorecon", "-F", *copied])
+        binary = "/usr/bin/synth-smi"
+        labels = {p: context_type(label_of(p)) for p in (binary, copied[0])}
+        CONFIG.write_text(
+            json.dumps(
+                {
+                    "profile": "synthetic",
+                    "source_root": "/",
+                    "device_root": str(DRIVER),
+                    "selinux": {"source_check": "error"},
+                }
+            )
+            + "\n"
+        )
+        sh(["restorecon", str(CONFIG)])
+        result = podman_run(["/bin/sh", "-c", "synth-smi && echo shell-ok"], runtime=runtime)
+        save_evidence(".out", result.stdout + result.stderr)
+        ok, detail = smi_ok(result)
+        return ok and "shell-ok" in result.stdout and labels[binary] == "bin_t", (
+            f"{detail}; host labels {labels}"
+        )
+    finally:
+        for path in reversed(copied):
+            os.unlink(path)
+        shutil.rmtree("/lib/firmware/synth", ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        write_config("error")
+
+
 def break_driver() -> None:
     sh(["chcon", "-R", "-t", BROKEN_TYPE, str(DRIVER)])
 
@@ -644,6 +700,7 @@ CHECKS = (
         per_runtime=True,
         stand_in_denials=FAKE_MAJOR_MODULE_REQUEST,
     ),
+    Check("host-root-driver", host_root_driver),
     Check("broken-source-check-error", broken_error),
     Check("broken-source-check-warn", broken_warn, denials_expected=True),
     Check("fixed-by-relabel", fixed),
