@@ -101,6 +101,7 @@ LAYERS = {
         "ocihook.commands",
         "ocihook.features",
         "ocihook.hook",
+        "ocihook.output",
         "ocihook.selinux.cli",
     },
 }
