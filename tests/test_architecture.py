@@ -99,6 +99,7 @@ LAYERS = {
         "ocihook.cdi.hooks",
         "ocihook.cli",
         "ocihook.commands",
+        "ocihook.completion",
         "ocihook.features",
         "ocihook.hook",
         "ocihook.output",
