@@ -171,7 +171,8 @@ def features(
     driver-version, selinux (enforcing, permissive, disabled) and ready (true when
     `ocihook check` passes). Example: ocihook.io/profile=nvidia, ocihook.io/devices=4,
     ocihook.io/ready=true. The `# +expiry-time=` line makes NFD drop the labels when the
-    file is no longer refreshed.
+    file is no longer refreshed. A node that is not ready gets ready=false all the same,
+    one line on stderr saying why, and exit status 1.
     """
     if as_json and (output is not None or interval):
         given = "--output" if output is not None else "--interval"
