@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any, Sequence
 
 import click
 
-from ocihook import __version__
-from ocihook.errors import exit_line
+from ocihook import __version__, output
 
 # name -> "module:attribute" of a click command; imported only when that command runs.
 SUBCOMMANDS = {
@@ -37,6 +37,22 @@ class LazyGroup(click.Group):
         module_name, attribute = target.split(":")
         return getattr(importlib.import_module(module_name), attribute)
 
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's main under the command line's convention (ocihook.output.run) and exit
+        with its status; standalone_mode=False is click's own (tests call it so)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        sys.exit(
+            output.run(super().main, args, prog_name=prog_name, complete_var=complete_var, **extra)
+        )
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ocihook")
@@ -51,14 +67,10 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Every command: exit 1 and one line for an expected or environmental failure, exit 2
-    and one line ("internal error") for a bug; never a traceback."""
-    try:
-        cli.main(prog_name="ocihook", standalone_mode=True)
-    except Exception as error:  # one line and the contract's status (errors.exit_line)
-        status, line = exit_line(error)
-        print(line, file=sys.stderr)
-        sys.exit(status)
+    """Every command: exit 1 and one line for an expected or environmental failure, 2 for a
+    usage error, 70 and one line ("internal error") for a bug; never a traceback
+    (ocihook.output.run)."""
+    cli.main(prog_name="ocihook")
 
 
 if __name__ == "__main__":

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
 
 from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, DEFAULTS, compile_config
-from ocihook.errors import OcihookError
+from ocihook.errors import EXIT_FAILURE, OcihookError
+from ocihook.output import emit_json, exit_after_report, json_option
 
 config_option = click.option(
     "--config",
@@ -87,13 +87,10 @@ def poststop(config_path: str, cache_dir: str) -> None:
     help="Plan for a container with a user namespace: device nodes are bind-mounted from the "
     "host instead of created with mknod.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
+@json_option(
     help="Print exactly what the hook's executor consumes, as JSON: each mount's source, "
     "target, kind and flags, each device node's strategy and mode, the typed cgroup rules, "
-    "the library dirs, links and ld cache dirs.",
+    "the library dirs, links and ld cache dirs."
 )
 def plan(
     config_path: str,
@@ -137,7 +134,7 @@ def plan(
             os.close(root_fd)
     result = finalize(result, decision)
     if as_json:
-        click.echo(json.dumps(executor_view(result), indent=2))
+        emit_json(executor_view(result))
     else:
         click.echo(format_plan(result, available))
 
@@ -157,7 +154,11 @@ def plan(
     show_default=True,
     help="The hook's config cache dir (its trust is checked).",
 )
-def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None:
+@json_option(
+    help='Print the findings as JSON: {"findings": [{"status", "topic", "message", "path"}], '
+    '"failed": N, "exit_code": 0 or 1}.'
+)
+def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json: bool) -> None:
     """Check the installation as the hook and the runtimes will see it: the config (schema,
     request.allow regexes, trust of every file it reads), the profile against the source root
     (a partial driver fails: dangling soname links, a library whose DT_SONAME its soname link
@@ -170,7 +171,7 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
     from ocihook import hooksdirs, registration
-    from ocihook.findings import FAILED, OK, WARNING, Finding, failed, render
+    from ocihook.findings import FAILED, OK, WARNING, Finding, as_data, failed, render
 
     findings: list[Finding] = []
 
@@ -201,9 +202,19 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str) -> None
     readers = hooksdirs.readers()
     findings += registration.runtime_findings(readers)
     findings += registration.registration_findings(readers, list(hooks_dirs))
-    click.echo(render(findings), nl=False)
-    if failed(findings):
-        raise SystemExit(1)
+    status = EXIT_FAILURE if failed(findings) else 0
+    if as_json:
+        emit_json(
+            {
+                "findings": as_data(findings),
+                "failed": sum(1 for f in findings if f.status == FAILED),
+                "exit_code": status,
+            }
+        )
+    else:
+        click.echo(render(findings), nl=False)
+    if status:
+        exit_after_report(status)
 
 
 def _check_devices(config: dict, device_list: list, ok, bad) -> None:

@@ -13,6 +13,7 @@ import os
 import stat
 import struct
 
+from ocihook.errors import describe
 from ocihook.slots import Struct
 
 MAX_PHNUM = 512
@@ -127,7 +128,7 @@ def read_at(dir_fd: int, name: str, needed_for: tuple[int, ...] = ()) -> Library
     try:
         fd = os.open(name, READ, dir_fd=dir_fd)
     except OSError as error:
-        return error.strerror or "cannot open"
+        return describe(error)
     try:
         return read_fd(fd, needed_for)
     finally:
@@ -141,7 +142,7 @@ def read_fd(fd: int, needed_for: tuple[int, ...] = ()) -> Library | str:
             return "not a regular file"
         return read_library(fd, needed_for)
     except OSError as error:
-        return error.strerror or "cannot read"
+        return describe(error)
     except (OverflowError, ValueError):  # an offset past what pread takes
         return "an offset outside the file"
 

@@ -12,6 +12,7 @@ expiry makes the labels vanish when the writer (the DaemonSet) is gone.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -22,7 +23,8 @@ import time
 import click
 
 from ocihook.commands import config_option
-from ocihook.errors import OcihookError
+from ocihook.errors import EXIT_FAILURE, OcihookError
+from ocihook.output import emit_json, exit_after_report, json_option, usage_error
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/ocihook"
 DEFAULT_PREFIX = "ocihook.io"
@@ -40,9 +42,10 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def check_passes(config_path: str, hooks_dirs: tuple[str, ...]) -> bool:
-    """Whether `ocihook check` (the same command a person runs) exits 0."""
-    args = [sys.executable, "-m", "ocihook.cli", "check", "--config", config_path]
+def check_problem(config_path: str, hooks_dirs: tuple[str, ...]) -> str | None:
+    """None when `ocihook check` (the same command a person runs) passes, else why not: its
+    first FAILED line."""
+    args = [sys.executable, "-m", "ocihook.cli", "check", "--json", "--config", config_path]
     for directory in hooks_dirs:
         args += ["--hooks-dir", directory]
     # The same ocihook as this one, wherever it was imported from (an installer's lib dir).
@@ -50,15 +53,29 @@ def check_passes(config_path: str, hooks_dirs: tuple[str, ...]) -> bool:
     path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     result = subprocess.run(args, capture_output=True, timeout=120, env=env)
-    return result.returncode == 0
+    if result.returncode == 0:
+        return None
+    try:
+        report = json.loads(result.stdout)
+        failed = [f["message"] for f in report.get("findings", ()) if f["status"] == "failed"]
+        error = report.get("error")
+    except (ValueError, AttributeError, KeyError, TypeError):
+        failed, error = [], None
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"ocihook check: {failed[0]}{more}"
+    return f"ocihook check exited {result.returncode}: {error or 'no report'}"
 
 
-def collect(config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str) -> dict[str, str]:
+def collect(
+    config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str
+) -> tuple[dict[str, str], str | None]:
     """The node's labels (names without the prefix): profile, devices, driver-version,
-    selinux, ready."""
+    selinux, ready; and why the node is not ready (None when it is)."""
     from ocihook.selinux.status import selinux_mode
 
     labels: dict[str, str] = {}
+    problem = None
     try:
         from ocihook.config import compile_config
         from ocihook.devices import available_devices
@@ -74,25 +91,34 @@ def collect(config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str) -> di
             plan = build_plan(config, roots, parse_request("all", "features"))
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)
-    except OcihookError:
-        pass  # `ready` says it; `ocihook check` on the node says why
+    except OcihookError as error:
+        problem = str(error)  # the first thing that went wrong, if `check` fails too
     labels["selinux"] = selinux_mode(selinuxfs)
-    labels["ready"] = "true" if check_passes(config_path, hooks_dirs) else "false"
-    return labels
+    check = check_problem(config_path, hooks_dirs)
+    labels["ready"] = "false" if check else "true"
+    return labels, (problem or check) if check else None
+
+
+def prefixed(labels: dict[str, str], prefix: str) -> dict[str, str]:
+    """The labels as NFD names them (`<prefix>/<name>`), each checked against Kubernetes'
+    label rules."""
+    if not PREFIX_RE.match(prefix) or len(prefix) > 253:
+        raise OcihookError(f"--prefix {prefix!r}: must be a DNS subdomain such as ocihook.io")
+    for name, value in labels.items():
+        if not NAME_RE.match(name) or not VALUE_RE.match(value):
+            raise OcihookError(f"label {name}={value!r} is not a valid Kubernetes label")
+    return {f"{prefix}/{name}": value for name, value in labels.items()}
 
 
 def render(labels: dict[str, str], prefix: str, expiry_seconds: int, now: float) -> str:
-    if not PREFIX_RE.match(prefix) or len(prefix) > 253:
-        raise OcihookError(f"--prefix {prefix!r}: must be a DNS subdomain such as ocihook.io")
+    """The features.d file: the expiry directive, then one `<prefix>/<name>=<value>` a line."""
+    named = prefixed(labels, prefix)
     expires = datetime.datetime.fromtimestamp(now + expiry_seconds, datetime.timezone.utc)
     lines = [
         "# Written by `ocihook features`; rewritten on a timer by the ocihook DaemonSet.",
         f"# +expiry-time={expires.strftime('%Y-%m-%dT%H:%M:%SZ')}",
     ]
-    for name, value in labels.items():
-        if not NAME_RE.match(name) or not VALUE_RE.match(value):
-            raise OcihookError(f"label {name}={value!r} is not a valid Kubernetes label")
-        lines.append(f"{prefix}/{name}={value}")
+    lines += [f"{name}={value}" for name, value in named.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -101,9 +127,8 @@ def render(labels: dict[str, str], prefix: str, expiry_seconds: int, now: float)
 @click.option(
     "--output",
     "-o",
-    default=DEFAULT_OUTPUT,
-    show_default=True,
-    help="The features.d file to write atomically; '-' prints it.",
+    default=None,
+    help=f"The features.d file to write atomically; '-' prints it.  [default: {DEFAULT_OUTPUT}]",
 )
 @click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Label namespace.")
 @click.option(
@@ -125,14 +150,19 @@ def render(labels: dict[str, str], prefix: str, expiry_seconds: int, now: float)
     default=None,
     help="Seconds until NFD ignores the labels [3 x interval, or 3600 when run once].",
 )
+@json_option(
+    help='Print the labels as JSON ({"labels": {NAME: VALUE}, "ready": BOOL, "reason": WHY or '
+    "null}) instead of writing the features.d file (not with --output or --interval)."
+)
 @click.option("--selinuxfs", default="/sys/fs/selinux", hidden=True)
 def features(
     config_path: str,
-    output: str,
+    output: str | None,
     prefix: str,
     hooks_dirs: tuple[str, ...],
     interval: int,
     expiry: int | None,
+    as_json: bool,
     selinuxfs: str,
 ) -> None:
     """Write the node's labels for Node Feature Discovery (local source, features.d).
@@ -141,14 +171,29 @@ def features(
     driver-version, selinux (enforcing, permissive, disabled) and ready (true when
     `ocihook check` passes). Example: ocihook.io/profile=nvidia, ocihook.io/devices=4,
     ocihook.io/ready=true. The `# +expiry-time=` line makes NFD drop the labels when the
-    file is no longer refreshed.
+    file is no longer refreshed. A node that is not ready gets ready=false all the same,
+    one line on stderr saying why, and exit status 1.
     """
+    if as_json and (output is not None or interval):
+        given = "--output" if output is not None else "--interval"
+        raise usage_error(f"--json prints the labels: not with {given}")
+    prefixed({}, prefix)  # a bad --prefix fails before anything is looked at
+    if as_json:
+        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        ready = labels["ready"] == "true"
+        emit_json({"labels": prefixed(labels, prefix), "ready": ready, "reason": reason})
+        if reason:
+            exit_after_report(EXIT_FAILURE, f"not ready: {reason}")
+        return
+    output = output or DEFAULT_OUTPUT
     expiry = expiry or (3 * interval if interval else 3600)
     stop = []
+    said = None
     if interval:
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     while True:
-        text = render(collect(config_path, hooks_dirs, selinuxfs), prefix, expiry, time.time())
+        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        text = render(labels, prefix, expiry, time.time())
         if output == "-":
             click.echo(text, nl=False)
         else:
@@ -156,7 +201,12 @@ def features(
 
             write_atomic(output, text)
         if not interval:
+            if reason:
+                exit_after_report(EXIT_FAILURE, f"not ready: {reason}")
             return
+        if reason and reason != said:  # on a timer: say it when it changes, go on
+            click.echo(f"ocihook: not ready: {reason}", err=True)
+        said = reason
         deadline = time.monotonic() + interval
         while not stop and time.monotonic() < deadline:
             time.sleep(min(1.0, interval))

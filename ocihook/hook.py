@@ -5,7 +5,7 @@
 Kept lean: stdlib only until a container really asks for devices, no click, and no
 PyYAML or jsonschema while the compiled config is fresh. Every expected or
 environmental failure is one line on stderr ("ocihook: ...", naming the path and the
-cause) and exit status 1; exit status 2 ("ocihook: internal error: ...") is a bug.
+cause) and exit status 1; exit status 70 ("ocihook: internal error: ...") is a bug.
 """
 
 from __future__ import annotations

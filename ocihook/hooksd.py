@@ -24,6 +24,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from ocihook.errors import describe
+
 RUNTIME_STAGES = (
     "createContainer",
     "createRuntime",
@@ -291,7 +293,7 @@ def check_hook_file(path: str) -> HookFile:
         with open(path, "rb") as file:
             data = file.read(1 << 20)
     except OSError as error:
-        result.rejected.append(f"cannot be read ({error.strerror})")
+        result.rejected.append(f"cannot be read ({describe(error)})")
         return result
     try:
         document, ignored, type_errors = decode(data)
@@ -356,7 +358,7 @@ def _runtime_rules(document: dict, result: HookFile) -> bool:
                 "(the hook never runs)"
             )
         except OSError as error:
-            result.rejected.append(f"hook.path {exe}: {error.strerror}")
+            result.rejected.append(f"hook.path {exe}: {describe(error)}")
     when = document.get("when") if isinstance(document.get("when"), dict) else {}
     annotations = when.get("annotations")
     if isinstance(annotations, dict):

@@ -19,7 +19,7 @@ import select
 import time
 
 from ocihook import ldnative, linux, privileges, securepath
-from ocihook.errors import OcihookError
+from ocihook.errors import OcihookError, describe
 from ocihook.kinds import KINDS
 from ocihook.selinux import label
 
@@ -85,7 +85,7 @@ def _native(
     try:
         etc_fd = securepath.resolve(root_fd, "/etc", flags=os.O_PATH | os.O_DIRECTORY)
     except OSError as error:
-        return f"/etc: {error.strerror}"
+        return f"/etc: {describe(error)}"
     try:
         writer.may_create_in(etc_fd, ldnative.CACHE)
         data = ldnative.build(root_fd, etc_fd, ld_dirs, libraries)

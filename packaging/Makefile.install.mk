@@ -25,6 +25,8 @@ LIBEXECDIR ?= $(PREFIX)/libexec
 DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
 RUNDIR ?= /run
 # The one hooks dir that podman (root and rootless) and CRI-O both read by default, whatever
 # PREFIX is: /etc/containers/oci/hooks.d is read by neither unless hooks_dir names it.
@@ -71,6 +73,15 @@ install:
 		> "$(DESTDIR)$(DATADIR)/ocihook/examples/config.yaml"
 	chmod 0644 "$(DESTDIR)$(DATADIR)/ocihook/examples/config.yaml"
 	install -D -m 0644 packaging/ocihook.1 "$(DESTDIR)$(MANDIR)/man1/ocihook.1"
+	@# Shell completion from the click that HOOK_PYTHON has (click 7 and 8 differ).
+	@mkdir -p build/completion && \
+	if $(HOOK_PYTHON) -m ocihook.completion bash > build/completion/ocihook 2> build/completion/error && \
+		$(HOOK_PYTHON) -m ocihook.completion zsh > build/completion/_ocihook 2> build/completion/error; then \
+		install -D -m 0644 build/completion/ocihook "$(DESTDIR)$(BASHCOMPDIR)/ocihook" && \
+		install -D -m 0644 build/completion/_ocihook "$(DESTDIR)$(ZSHCOMPDIR)/_ocihook"; \
+	else \
+		echo "install: shell completion not installed: $(HOOK_PYTHON): $$(tail -n 1 build/completion/error)"; \
+	fi
 	install -D -m 0644 packaging/ocihook.tmpfiles "$(DESTDIR)$(TMPFILESDIR)/ocihook.conf"
 	install -d -m 0700 "$(DESTDIR)$(RUNDIR)/ocihook"
 	@rm -rf build/selinux && mkdir -p build && cp -r selinux build/selinux && \
@@ -106,7 +117,8 @@ uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/ocihook" "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
 	-rmdir "$(DESTDIR)$(LIBEXECDIR)/ocihook"
 	rm -f "$(DESTDIR)$(HOOKSDIR)/ocihook.json" "$(DESTDIR)$(MANDIR)/man1/ocihook.1" \
-		"$(DESTDIR)$(TMPFILESDIR)/ocihook.conf"
+		"$(DESTDIR)$(TMPFILESDIR)/ocihook.conf" \
+		"$(DESTDIR)$(BASHCOMPDIR)/ocihook" "$(DESTDIR)$(ZSHCOMPDIR)/_ocihook"
 	@if [ -z "$(DESTDIR)" ] && command -v semodule >/dev/null 2>&1 && command -v selinuxenabled >/dev/null 2>&1 \
 		&& selinuxenabled && semodule -l 2>/dev/null | grep -qx ocihook; then semodule -r ocihook; fi
 	rm -f "$(DESTDIR)$(DATADIR)/selinux/packages/ocihook.pp"

@@ -11,7 +11,8 @@ policycoreutils setools python3-selinux python3-setools python3-sepolgen python3
 python3-dev rpm rpmlint zstd attr cpio
 python3-click python3-yaml python3-jsonschema python3-pip python3-setuptools python3-wheel
 qemu-system-x86 mmdebstrap e2fsprogs git
-conmon containernetworking-plugins libsqlite3-0"
+conmon containernetworking-plugins libsqlite3-0
+zsh"
 # shellcheck disable=SC2086
 if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \
    || [ "$(dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | wc -l)" -ne "$(echo $PKGS | wc -w)" ]; then

@@ -100,8 +100,10 @@ LAYERS = {
         "ocihook.cdi.hooks",
         "ocihook.cli",
         "ocihook.commands",
+        "ocihook.completion",
         "ocihook.features",
         "ocihook.hook",
+        "ocihook.output",
         "ocihook.selinux.cli",
     },
 }

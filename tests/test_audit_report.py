@@ -8,10 +8,10 @@ import os
 
 import pytest
 from audit_helpers import DATA
-from click.testing import CliRunner
 
-from ocihook.audit.cli import audit, parse_since
+from ocihook.audit.cli import parse_since
 from ocihook.audit.records import categories
+from tests.support.cli import invoke
 
 CID = "3f2a9c1b7e04d5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4"
 OTHER = "99aa9c1b7e04d5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4"
@@ -77,8 +77,8 @@ def state(tmp_path):
 
 
 def run(*args, stdin=None):
-    result = CliRunner().invoke(audit, list(args), input=stdin, catch_exceptions=False)
-    return result.exit_code, result.output
+    code, out, _ = invoke(["audit", *args], stdin)
+    return code, out
 
 
 def findings(state, *files, extra=()):
@@ -186,27 +186,67 @@ def test_stdin_gzip_and_exit_codes(state, tmp_path):
     gz = tmp_path / "audit.log.1.gz"
     gz.write_bytes(gzip.compress(data))
     assert run("--state-dir", str(state), str(gz))[0] == 1
-    assert run("--state-dir", str(state), str(tmp_path / "missing.log"))[0] == 2
-    assert run("--since", "whenever", str(gz))[0] == 2
+    assert run("--since", "whenever", str(gz))[0] == 2  # a usage error
+    # Input that cannot be read: 3, neither "clean" (0) nor "denials listed" (1).
+    assert run("--state-dir", str(state), str(tmp_path / "missing.log"))[0] == 3
     bad = tmp_path / "bad.gz"
     bad.write_bytes(b"\x1f\x8b" + b"\x00" * 30)
-    assert run("--state-dir", str(state), str(bad))[0] == 2
-    assert run("--policy", str(tmp_path / "nopolicy"), str(gz))[0] == 2
+    assert run("--state-dir", str(state), str(bad))[0] == 3
+    assert run("--policy", str(tmp_path / "nopolicy"), str(gz))[0] == 3
+    unreadable = tmp_path / "unreadable.log"
+    unreadable.write_bytes(data)
+    unreadable.chmod(0)
+    if os.geteuid() != 0:  # root reads it anyway: a directory stands in
+        assert run("--state-dir", str(state), str(unreadable))[0] == 3
+    assert run("--state-dir", str(state), str(tmp_path))[0] == 3
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert run("--state-dir", str(state), str(empty))[0] == 0  # an empty log is a clean one
 
 
 def test_garbage_and_truncated_input_is_reported_not_fatal(state, tmp_path):
     junk = os.urandom(4096) + b"\n" + (DATA / "truncated.txt").read_bytes()
-    result = CliRunner().invoke(audit, ["--json", "--state-dir", str(state), "-"], input=junk)
-    report = json.loads(result.output)
-    assert result.exit_code == 1  # the one complete MCS-mismatch denial in truncated.txt
+    code, out, err = invoke(["audit", "--json", "--state-dir", str(state), "-"], junk)
+    report = json.loads(out)
+    assert code == 1  # the one complete MCS-mismatch denial in truncated.txt
     assert report["summary"]["unreadable"] >= 5
+    # The lines that are no audit record at all are counted on stderr, in one line.
+    assert err.startswith("ocihook: warning: ") and err.count("\n") == 1, err
+    assert "line(s) are not audit records (" in err and "binary)" in err
     gz = tmp_path / "t.gz"
     whole = gzip.compress((DATA / "audit.log").read_bytes() + os.urandom(200000).hex().encode())
     gz.write_bytes(whole[: len(whole) // 2])  # cut mid-stream
     code, out = run("--state-dir", str(state), str(gz))
     assert code == 1 and "read error: Compressed file ended" in out
-    code, out = run("--state-dir", str(state), "-", stdin=b"\x00\x01\x02 binary\n")
-    assert code == 0 and "binary data" in out
+
+
+def test_input_without_audit_records_is_one_line_and_status_3(state):
+    """Binary or other text, and no audit record at all: one line that says so, never the
+    raw bytes, and status 3 (neither clean, 0, nor denials listed, 1)."""
+    junk = bytes(b for b in range(256) if b != 10) * 2 + b"\n\xff\xfe\x1b[31mred\n"
+    for args in ([], ["--json"]):
+        code, out, err = invoke(["audit", *args, "--state-dir", str(state), "-"], junk)
+        assert code == 3, err
+        assert (
+            err
+            == "ocihook: <stdin>: not audit records: 2 line(s) of binary data, no audit record\n"
+        )
+        assert out == "" if not args else json.loads(out)["exit_code"] == 3
+    code, out, err = invoke(["audit", "--state-dir", str(state), "-"], "hello\nworld\n")
+    assert code == 3 and err == "ocihook: <stdin>: not audit records: 2 line(s), no audit record\n"
+
+
+def test_binary_lines_are_escaped_never_echoed(state):
+    """The report lists a binary line among real records as printable ASCII escapes."""
+    raw = b"\x1b]0;title\x07\xc3\xa9\\ok"
+    data = (DATA / "audit.log").read_bytes() + raw + b"\n"
+    code, out, err = invoke(["audit", "--json", "--state-dir", str(state), "-"], data)
+    assert code == 1 and "1 of" in err and "(1 binary)" in err
+    (line,) = [u for u in json.loads(out)["unreadable"] if u["reason"] == "binary data"]
+    assert line["text"] == "\\x1b]0;title\\x07\\xc3\\xa9\\x5cok"
+    code, out, err = invoke(["audit", "--state-dir", str(state), "-"], data)
+    assert "\x1b" not in out + err and "\xe9" not in out + err
+    assert "binary data: \\x1b]0;title" in out
 
 
 def test_categories():

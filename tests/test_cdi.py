@@ -234,6 +234,25 @@ def test_output_is_written_atomically_in_both_formats(cdi_config, tmp_path):
     assert bad.stderr.decode().startswith("ocihook: --output")
 
 
+def test_json_is_format_json(cdi_config, tmp_path):
+    """--json prints (or writes) the spec as --format json does; with --format yaml it is a
+    usage error; a failure with --json is its one line and one JSON object."""
+    config = ("--config", str(cdi_config), "--hook-path", "/usr/bin/ocihook")
+    as_json = ocihook("cdi", "generate", *config, "--json")
+    as_format = ocihook("cdi", "generate", *config, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr.decode()
+    assert as_json.stdout == as_format.stdout and json.loads(as_json.stdout)["devices"]
+    result = ocihook("cdi", "generate", *config, "--json", "--output", str(tmp_path))
+    assert result.returncode == 0 and result.stdout == b""
+    assert json.loads((tmp_path / "ocihook.io_synthetic.json").read_text())["devices"]
+    refused = ocihook("cdi", "generate", *config, "--json", "--format", "yaml")
+    assert refused.returncode == 2 and refused.stderr.decode().count("\n") == 1
+    bad = ocihook("cdi", "generate", *config, "--json", "--kind", "nokind")
+    line = bad.stderr.decode()
+    assert bad.returncode == 1 and line.startswith("ocihook: ") and line.count("\n") == 1
+    assert json.loads(bad.stdout) == {"error": line[9:-1], "exit_code": 1}
+
+
 def test_bad_kind_is_one_line(cdi_config):
     result = ocihook("cdi", "generate", "--config", str(cdi_config), "--kind", "nokind")
     assert result.returncode == 1

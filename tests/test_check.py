@@ -46,6 +46,23 @@ def test_check_names_what_is_wrong(hook_setup, synth_root, tmp_path):
     assert f"FAILED  no hooks.d file for ocihook in {empty}" in result.stdout
 
 
+def test_check_json_is_the_same_findings(hook_setup, synth_root, tmp_path):
+    """--json: every finding as data, the number FAILED, and the same status (1)."""
+    empty = tmp_path / "empty-hooks.d"
+    empty.mkdir()
+    text = run_check(hook_setup.config, empty)
+    args = [sys.executable, "-m", "ocihook.cli", "check", "--json"]
+    args += ["--config", str(hook_setup.config), "--hooks-dir", str(empty)]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    assert (result.returncode, text.returncode) == (1, 1)
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == 1 and document["failed"] == text.stdout.count("FAILED  ")
+    lines = [(f["status"], f["message"]) for f in document["findings"]]
+    prefix = {"ok": "ok      ", "warning": "WARNING ", "failed": "FAILED  "}
+    assert "".join(f"{prefix[s]}{m}\n" for s, m in lines) == text.stdout
+    assert ("failed", f"no hooks.d file for ocihook in {empty}") in lines
+
+
 def test_check_reports_a_missing_source_root(hook_setup, synth_root, tmp_path):
     driver = tmp_path / "moved"
     shutil.rmtree(driver, ignore_errors=True)

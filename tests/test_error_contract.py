@@ -317,7 +317,8 @@ def test_one_exit_line_for_the_hook_and_every_command():
     assert exit_line(missing) == (1, "ocihook: /etc/x: does not exist")
     bad_fd = OSError(errno.EBADF, "Bad file descriptor")
     assert exit_line(bad_fd) == (
-        2,
+        70,
         "ocihook: internal error: OSError: [Errno 9] Bad file descriptor",
     )
-    assert exit_line(KeyError("k")) == (2, "ocihook: internal error: KeyError: 'k'")
+    assert exit_line(KeyError("k")) == (70, "ocihook: internal error: KeyError: 'k'")
+    assert exit_line(OcihookError("x: unreadable", 3)) == (3, "ocihook: x: unreadable")

@@ -6,6 +6,7 @@ Kubernetes label name/value rules)."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -86,20 +87,90 @@ def test_labels_of_a_ready_node(hook_setup, tmp_path):
 
 
 def test_not_ready_when_check_fails(hook_setup, tmp_path, synth_root):
-    """No hooks.d file in the dir given: `ocihook check` fails, so does the label."""
+    """No hooks.d file in the dir given: `ocihook check` fails, so does the label; the file is
+    written all the same, and one line on stderr says why, with status 1."""
     out = tmp_path / "features.d" / "ocihook"
-    result = features(hook_setup.config, out, "--hooks-dir", str(tmp_path / "empty"))
-    assert result.returncode == 0, result.stderr
+    empty = tmp_path / "empty"
+    result = features(hook_setup.config, out, "--hooks-dir", str(empty))
+    assert result.returncode == 1
     assert nfd_labels(out.parent, now())["ocihook.io/ready"] == "false"
+    assert result.stderr == (
+        f"ocihook: not ready: ocihook check: no hooks.d file for ocihook in {empty}\n"
+    )
     config = yaml.safe_load(hook_setup.config.read_text())
     config["source_root"] = str(tmp_path / "missing")
     hook_setup.config.write_text(yaml.safe_dump(config))
     result = features(hook_setup.config, out, "--hooks-dir", str(hook_setup.hooks_dir))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1
+    assert result.stderr == f"ocihook: not ready: source root {tmp_path}/missing: does not exist\n"
     labels = nfd_labels(out.parent, now())
     assert labels["ocihook.io/ready"] == "false"
     assert labels["ocihook.io/profile"] == "synthetic"
     assert "ocihook.io/devices" not in labels
+
+
+def test_broken_config_or_unknown_profile_says_why(hook_setup, tmp_path):
+    """A config that does not compile: ready=false in the file, and the config's own error in
+    one line on stderr, status 1."""
+    out = tmp_path / "features.d" / "ocihook"
+    config = yaml.safe_load(hook_setup.config.read_text())
+    hooks = ("--hooks-dir", str(hook_setup.hooks_dir))
+    for change, expected in (
+        ({"profile": "no-such-profile"}, "profile 'no-such-profile' not found"),
+        ({"source_root": 7}, "source_root"),
+    ):
+        hook_setup.config.write_text(yaml.safe_dump({**config, **change}))
+        result = features(hook_setup.config, out, *hooks)
+        assert result.returncode == 1
+        assert nfd_labels(out.parent, now()) == {
+            "ocihook.io/selinux": "disabled",
+            "ocihook.io/ready": "false",
+        }
+        line = result.stderr
+        assert line.startswith("ocihook: not ready: ") and expected in line, line
+        assert line.count("\n") == 1, line
+        assert result.stdout == ""
+
+
+def test_json_prints_the_labels_and_writes_no_file(hook_setup, tmp_path, monkeypatch):
+    """--json: the labels (NFD's names) as one JSON document; the NFD file is never touched,
+    and --output or --interval with it is a usage error."""
+    hooks = ("--hooks-dir", str(hook_setup.hooks_dir))
+    config = ("--config", str(hook_setup.config))
+    result = subprocess.run(
+        [OCIHOOK, "features", *config, *hooks, "--json"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "labels": {
+            "ocihook.io/profile": "synthetic",
+            "ocihook.io/devices": "3",
+            "ocihook.io/driver-version": "1.2.3",
+            "ocihook.io/selinux": "disabled",
+            "ocihook.io/ready": "true",
+        },
+        "ready": True,
+        "reason": None,
+    }
+    empty = str(tmp_path / "empty")
+    result = subprocess.run(
+        [OCIHOOK, "features", *config, "--hooks-dir", empty, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["ready"] is False and document["labels"]["ocihook.io/ready"] == "false"
+    reason = f"ocihook check: no hooks.d file for ocihook in {empty}"
+    assert document["reason"] == reason
+    assert result.stderr == f"ocihook: not ready: {reason}\n"
+    for extra in (("--output", str(tmp_path / "f")), ("--interval", "5")):
+        result = subprocess.run(
+            [OCIHOOK, "features", *config, "--json", *extra], capture_output=True, text=True
+        )
+        assert result.returncode == 2 and f"not with {extra[0]}" in result.stderr
+        assert json.loads(result.stdout)["exit_code"] == 2
+    assert not (tmp_path / "f").exists()
 
 
 def test_selinux_mode_label(hook_setup, tmp_path):
@@ -109,7 +180,8 @@ def test_selinux_mode_label(hook_setup, tmp_path):
     out = tmp_path / "features.d" / "ocihook"
     for content, mode in (("1", "enforcing"), ("0", "permissive")):
         (fs / "enforce").write_text(content)
-        result = features(hook_setup.config, out, "--selinuxfs", str(fs))
+        hooks = ("--hooks-dir", str(hook_setup.hooks_dir))
+        result = features(hook_setup.config, out, "--selinuxfs", str(fs), *hooks)
         assert result.returncode == 0, result.stderr
         assert nfd_labels(out.parent, now())["ocihook.io/selinux"] == mode
 
@@ -123,11 +195,17 @@ def test_label_values_are_made_valid():
 
 
 def test_bad_prefix_is_one_line(hook_setup, tmp_path):
+    line = "ocihook: --prefix 'Not_A_Domain': must be a DNS subdomain such as ocihook.io\n"
     result = features(hook_setup.config, tmp_path / "f", "--prefix", "Not_A_Domain")
-    assert result.returncode == 1
-    assert result.stderr == (
-        "ocihook: --prefix 'Not_A_Domain': must be a DNS subdomain such as ocihook.io\n"
-    )
+    assert (result.returncode, result.stderr) == (1, line)
+    assert not (tmp_path / "f").exists()
+    result = subprocess.run(
+        [OCIHOOK, "features", "--config", str(hook_setup.config), "--prefix", "Not_A_Domain",
+         "--json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (1, line)
+    assert json.loads(result.stdout) == {"error": line[9:-1], "exit_code": 1}
 
 
 def test_timer_rewrites_the_file_and_stops_on_sigterm(hook_setup, tmp_path):

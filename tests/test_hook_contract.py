@@ -1,5 +1,5 @@
 """The hook's contract with the runtime, unprivileged: exit status 0 (nothing to do or done),
-1 (one line "ocihook: ..."), 2 (a bug: one line "ocihook: internal error: ..."), and the
+1 (one line "ocihook: ..."), 70 (a bug: one line "ocihook: internal error: ..."), and the
 import budget of the no-request and injection paths (no click, PyYAML, jsonschema or `re`
 while the compiled config is fresh).
 
@@ -145,8 +145,9 @@ def test_exit_1_missing_config_says_does_not_exist(tmp_path):
 @pytest.mark.parametrize(
     "bug", [ValueError("unexpected"), OSError(9, "Bad file descriptor"), KeyError("x")]
 )
-def test_exit_2_a_bug_is_one_line(config, tmp_path, monkeypatch, capsys, bug):
-    """A bug (a stand-in: `run` raising) is status 2 and one "internal error" line."""
+def test_exit_70_a_bug_is_one_line(config, tmp_path, monkeypatch, capsys, bug):
+    """A bug (a stand-in: `run` raising) is status 70 (EX_SOFTWARE) and one "internal error"
+    line."""
 
     def broken(*args):
         raise bug
@@ -155,5 +156,5 @@ def test_exit_2_a_bug_is_one_line(config, tmp_path, monkeypatch, capsys, bug):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"{}")))
     status = hook.main(["--config", str(config), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err
-    assert status == 2, err
+    assert status == 70, err
     assert err.startswith("ocihook: internal error: ") and err.count("\n") == 1, err

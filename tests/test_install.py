@@ -57,6 +57,8 @@ EXPECTED = {
     "usr/share/ocihook/profiles/nvidia.yaml": 0o644,
     "usr/share/ocihook/profiles/synthetic.yaml": 0o644,
     "usr/share/man/man1/ocihook.1": 0o644,
+    "usr/share/bash-completion/completions/ocihook": 0o644,
+    "usr/share/zsh/site-functions/_ocihook": 0o644,
     "usr/lib/tmpfiles.d/ocihook.conf": 0o644,
     "usr/share/selinux/packages/ocihook.pp": 0o644,
 }

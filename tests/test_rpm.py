@@ -143,6 +143,8 @@ def expected_main_files(source: Path, sitelib: str = SITELIB, pytag: str = PYTAG
         "/usr/share/ocihook/examples/ocihook-env.json",
         "/etc/ocihook/config.yaml",
         "/usr/share/man/man1/ocihook.1.gz",
+        "/usr/share/bash-completion/completions/ocihook",
+        "/usr/share/zsh/site-functions/_ocihook",
         "/usr/lib/tmpfiles.d/ocihook.conf",
         f"/usr/share/doc/ocihook-{VERSION}/README.md",
         f"/usr/share/licenses/ocihook-{VERSION}/LICENSE",
@@ -158,6 +160,10 @@ def expected_main_files(source: Path, sitelib: str = SITELIB, pytag: str = PYTAG
         "/usr/share/ocihook/profiles",
         "/usr/share/ocihook/examples",
         "/run/ocihook",
+        "/usr/share/bash-completion",
+        "/usr/share/bash-completion/completions",
+        "/usr/share/zsh",
+        "/usr/share/zsh/site-functions",
         f"/usr/share/doc/ocihook-{VERSION}",
         f"/usr/share/licenses/ocihook-{VERSION}",
     }
@@ -197,6 +203,8 @@ def test_modes_and_flags(build):
     assert table[f"/usr/share/doc/ocihook-{VERSION}/README.md"] == ("100644", "d")
     assert table[f"/usr/share/licenses/ocihook-{VERSION}/LICENSE"] == ("100644", "l")
     assert table["/usr/share/man/man1/ocihook.1.gz"] == ("100644", "d")
+    assert table["/usr/share/bash-completion/completions/ocihook"] == ("100644", "")
+    assert table["/usr/share/zsh/site-functions/_ocihook"] == ("100644", "")
     for name, (mode, flags) in table.items():
         if name.startswith(SITELIB) or name.startswith("/usr/share/ocihook/"):
             assert mode in ("100644", "40755"), name
@@ -285,6 +293,11 @@ def test_installed_files(installed):
     assert (root / "usr/lib/tmpfiles.d/ocihook.conf").read_text().splitlines()[-1] == (
         "d /run/ocihook 0700 root root -"
     )
+    # The completion scripts of the build's click (Debian's python3-click here: click 8).
+    bash = (root / "usr/share/bash-completion/completions/ocihook").read_text()
+    assert "_OCIHOOK_COMPLETE=bash_complete" in bash and "-F _ocihook_completion ocihook" in bash
+    zsh = (root / "usr/share/zsh/site-functions/_ocihook").read_text()
+    assert zsh.startswith("#compdef ocihook\n") and "_OCIHOOK_COMPLETE=zsh_complete" in zsh
 
 
 # Runs in a private mount namespace over the host's (tests/support/overlay_root.py).
@@ -397,6 +410,15 @@ def test_rhel9_build_makes_the_named_wheel_into_the_39_sitelib(rhel9):
     head = metadata.read_text().split("\n\n")[0].splitlines()
     assert "Name: ocihook" in head and f"Version: {VERSION}" in head
     assert "python(abi) = 3.9" in query(rhel9.build.main, "--requires")
+
+
+@needs_py39
+def test_rhel9_completion_scripts_are_click_7s(rhel9):
+    """%install asks the build's click (RHEL 9's 7.1.2) for the scripts: click 7's protocol."""
+    bash = (rhel9.root / "usr/share/bash-completion/completions/ocihook").read_text()
+    assert "_OCIHOOK_COMPLETE=complete " in bash and "bash_complete" not in bash
+    zsh = (rhel9.root / "usr/share/zsh/site-functions/_ocihook").read_text()
+    assert '_OCIHOOK_COMPLETE="complete_zsh"' in zsh and "zsh_complete" not in zsh
 
 
 def py39_env(rhel9: Rhel9Build) -> dict:

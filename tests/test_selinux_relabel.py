@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -122,4 +123,17 @@ def test_cli_dry_run_lists_changes(tree) -> None:
     assert result.exit_code == 0, result.output
     line = f"would relabel {tree['files'][0]} (file): {OLD} -> {SHARED_FILE_CONTEXT}"
     assert line in result.output
+    assert get_label(str(tree["files"][0])) == OLD
+
+
+@pytest.mark.root
+def test_cli_json_lists_the_same_changes(tree) -> None:
+    from tests.support.cli import invoke
+
+    code, out, err = invoke(["selinux", "relabel", "--dry-run", "--json", str(tree["root"])])
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["dry_run"] is True and document["count"] == len(document["changes"])
+    change = {"path": str(tree["files"][0]), "kind": "file", "old": OLD}
+    assert {**change, "new": SHARED_FILE_CONTEXT} in document["changes"]
     assert get_label(str(tree["files"][0])) == OLD

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import sys
 import time
@@ -17,10 +16,12 @@ from ocihook.audit import parse as parse_mod
 from ocihook.audit.explain import Finding, explain_all
 from ocihook.audit.records import DEFAULT_STATE_DIR, load_records, match
 from ocihook.audit.report import to_json, to_text
-from ocihook.errors import OcihookError
+from ocihook.errors import EXIT_FAILURE, EXIT_INPUT, EXIT_OK, OcihookError, describe
+from ocihook.output import emit_json, exit_after_report, json_option
 
 DEFAULT_LOG = "/var/log/audit/audit.log"
-EXIT_CLEAN, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
+EXIT_CLEAN, EXIT_DENIED = EXIT_OK, EXIT_FAILURE
+NOT_RECORDS = ("binary data", "not an audit record")  # Unreadable reasons: not audit at all
 _RELATIVE = re.compile(r"^(\d+)\s*(s|sec|m|min|h|hour|d|day|w|week)s?$")
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400}
 _UNITS.update({"day": 86400, "w": 604800, "week": 604800})
@@ -74,24 +75,40 @@ def _lines(handle: IO[bytes], path: str, errors: list[str]) -> Iterator[bytes]:
         errors.append(f"{path}: read error: {error or error.__class__.__name__}")
 
 
+def _not_audit(result: parse_mod.ParseResult, name: str) -> str | None:
+    """Why an input that holds no audit record at all is not an audit log (None when it
+    holds one, or holds nothing: an empty log is a clean one)."""
+    if result.records or not result.unreadable:
+        return None
+    binary = sum(1 for u in result.unreadable if u.reason == "binary data")
+    if binary == result.lines:
+        lines = f"{binary} line(s) of binary data"
+    else:
+        lines = f"{result.lines} line(s)" + (f", {binary} of them binary data" if binary else "")
+    return f"{name}: not audit records: {lines}, no audit record"
+
+
 def read_inputs(paths: Iterable[str]) -> parse_mod.ParseResult:
-    """Parse every input into one result; raises OSError (path in message) when one cannot
-    be read at all."""
+    """Parse every input into one result; raises OcihookError (status EXIT_INPUT) when one
+    cannot be read, or holds lines but no audit record."""
     total = parse_mod.ParseResult()
     for path in paths:
         errors: list[str] = []
+        name = "<stdin>" if path == "-" else path
         try:
             handle = _open(path)
         except OSError as error:
-            raise OSError(f"cannot read {path}: {error.strerror or error}") from None
-        name = "<stdin>" if path == "-" else path
+            raise OcihookError(f"{name}: {describe(error)}", EXIT_INPUT) from None
         try:
             result = parse_mod.parse(_lines(handle, name, errors), source=name)
         finally:
             if path != "-":
                 handle.close()
         if errors and result.lines == 0:
-            raise OSError(f"cannot read {path}: {errors[0].split(': ', 2)[-1]}")
+            raise OcihookError(f"{name}: {errors[0].split(': ', 1)[-1]}", EXIT_INPUT)
+        problem = _not_audit(result, name)
+        if problem:
+            raise OcihookError(problem, EXIT_INPUT)
         for error in errors:
             result.unreadable.append(
                 parse_mod.Unreadable(name, result.lines + 1, error.split(": ", 1)[1], "")
@@ -102,6 +119,16 @@ def read_inputs(paths: Iterable[str]) -> parse_mod.ParseResult:
         total.records += result.records
         total.other_records += result.other_records
     return total
+
+
+def stray_lines(parsed: parse_mod.ParseResult) -> str | None:
+    """The stderr note for input that mixes audit records with other lines, or None."""
+    stray = [u for u in parsed.unreadable if u.reason in NOT_RECORDS]
+    if not stray:
+        return None
+    binary = sum(1 for u in stray if u.reason == "binary data")
+    what = f" ({binary} binary)" if binary else ""
+    return f"warning: {len(stray)} of {parsed.lines} line(s) are not audit records{what}"
 
 
 def _wanted(finding: Finding, container: str | None) -> bool:
@@ -141,7 +168,7 @@ def exit_code(findings: list[Finding]) -> int:
     metavar="FILE",
     help="Binary policy for audit2why verdicts (default: the loaded one, when SELinux is on).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option(help="Print the report as one JSON document.")
 @click.option(
     "--all",
     "include_all",
@@ -163,7 +190,8 @@ def audit(
     '-' is stdin; default /var/log/audit/audit.log). Lists the denials of containers ocihook
     set up, of files it injected and of the hook itself (--all: every denial). Records of
     containers that exited are kept, so their denials are tied to them after removal.
-    Exit status: 0 no denial listed, 1 a denial is listed, 2 usage error or unreadable input.
+    Exit status: 0 no denial listed (also for an empty log), 1 a denial is listed, 2 a usage
+    error, 3 input that cannot be read or holds no audit record (a policy too).
     """
     try:
         since_ts = None if since is None else parse_since(since)
@@ -171,11 +199,7 @@ def audit(
         # ctx given: click 7 prints the "Try ... -h" hint only then (click 8 finds it itself)
         context = click.get_current_context()
         raise click.BadParameter(str(error), ctx=context, param_hint="--since") from None
-    try:
-        parsed = read_inputs(files or (DEFAULT_LOG,))
-    except OSError as error:
-        click.echo(f"ocihook audit: {error}", err=True)
-        sys.exit(EXIT_USAGE)
+    parsed = read_inputs(files or (DEFAULT_LOG,))
     if since_ts is not None:
         parsed.events = [e for e in parsed.events if e.timestamp is None or e.timestamp >= since_ts]
     containers, warnings = load_records(state_dir)
@@ -193,8 +217,7 @@ def audit(
             policy_path = oracle.path
         except OcihookError as error:
             if policy is not None:
-                click.echo(f"ocihook audit: {error}", err=True)
-                sys.exit(EXIT_USAGE)
+                raise OcihookError(str(error), EXIT_INPUT) from None
             warnings.append(str(error))
     findings = explain_all(parsed.events, lambda event, avc: match(event, avc, containers), oracle)
     findings = [f for f in findings if _wanted(f, container)]
@@ -202,11 +225,13 @@ def audit(
     hidden = sum(1 for f in findings if f.avc.denied) - sum(1 for f in shown if f.avc.denied)
     code = exit_code(shown)
     if as_json:
-        report = to_json(shown, parsed, warnings, code, policy_path, hidden)
-        click.echo(json.dumps(report, indent=2))
+        emit_json(to_json(shown, parsed, warnings, code, policy_path, hidden))
     else:
         click.echo(to_text(shown, parsed, warnings, policy_path, hidden), nl=False)
-    sys.exit(code)
+    note = stray_lines(parsed)
+    if note:
+        click.echo(f"ocihook: {note}", err=True)
+    exit_after_report(code)
 
 
 def _selinux_enabled() -> bool:

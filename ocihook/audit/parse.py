@@ -407,7 +407,7 @@ def _logical_lines(lines: Iterable[bytes | str], result: ParseResult) -> Iterato
             if pending:
                 yield pending
                 pending = None
-            result.unreadable.append(Unreadable("", number, "binary data", _short(text)))
+            result.unreadable.append(Unreadable("", number, "binary data", _escaped(raw)))
             continue
         if (
             not text
@@ -427,6 +427,15 @@ def _logical_lines(lines: Iterable[bytes | str], result: ParseResult) -> Iterato
         pending = (number, text)
     if pending:
         yield pending
+
+
+def _escaped(raw: bytes | str) -> str:
+    """A binary line as printable ASCII, never its raw bytes: each byte outside 0x20-0x7e,
+    and the backslash, as \\xNN."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+    data = data.rstrip(b"\r\n")[:MAX_TEXT]
+    text = "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in data)
+    return text[:MAX_TEXT]
 
 
 def _short(text: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocihook.audit.parse import Avc, Event
+from ocihook.errors import describe
 from ocihook.record import (
     DEFAULT_STATE_DIR,
     EXITED,
@@ -127,7 +128,8 @@ def load_records(state_dir: str | os.PathLike[str]) -> tuple[list[Container], li
             data = json.loads(path.read_text(encoding="utf-8"))
             containers.append(container_from_dict(data, str(path)))
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as error:
-            warnings.append(f"{path}: unreadable record ({error.__class__.__name__}: {error})")
+            cause = describe(error) if isinstance(error, OSError) else str(error)
+            warnings.append(f"{path}: unreadable record ({error.__class__.__name__}: {cause})")
     return containers, warnings
 
 

@@ -190,13 +190,20 @@ def to_text(
     if parsed.unreadable:
         out.append(f"{len(parsed.unreadable)} unreadable line(s):")
         for item in parsed.unreadable[:SHOW_UNREADABLE]:
-            out.append(f"  {item.source}:{item.line}: {item.reason}: {item.text[:80]}")
+            out.append(f"  {item.source}:{item.line}: {item.reason}: {_clip(item.text, 80)}")
         if len(parsed.unreadable) > SHOW_UNREADABLE:
             out.append(
                 f"  ... and {len(parsed.unreadable) - SHOW_UNREADABLE} more (--json lists all)"
             )
     out.extend(f"warning: {w}" for w in warnings)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _clip(text: str, width: int) -> str:
+    """`text` cut to `width`, never inside a \\xNN escape of a binary line."""
+    cut = text[:width]
+    tail = cut.rfind("\\", len(cut) - 3)
+    return cut[:tail] if len(text) > width and tail >= 0 else cut
 
 
 def _lines(finding: Finding, count: int) -> list[str]:

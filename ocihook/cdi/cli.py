@@ -10,6 +10,7 @@ import click
 
 from ocihook.commands import config_option
 from ocihook.errors import OcihookError
+from ocihook.output import json_option, mark_json, usage_error
 
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
@@ -46,6 +47,7 @@ def cdi() -> None:
     default=None,
     help="Output format (default: from the file's extension, else yaml).",
 )
+@json_option(help="The same as --format json (a different --format with it is a usage error).")
 @click.option(
     "--kind",
     default=None,
@@ -69,6 +71,7 @@ def generate(
     config_path: str,
     output: str,
     fmt: str | None,
+    as_json: bool,
     kind: str | None,
     lib_dir: str | None,
     hook_path: str | None,
@@ -92,6 +95,11 @@ def generate(
     from ocihook.roots import Roots
     from ocihook.target import STATIC, Target, decide
 
+    if as_json and fmt not in (None, "json"):
+        raise usage_error(f"--json is --format json: not with --format {fmt}")
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        mark_json()
     config, _ = compile_config(config_path)
     hook_path = hook_path or _default_hook_path()
     if not os.path.isabs(hook_path):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from ocihook.output import emit_json, json_option
 from ocihook.selinux.label import DEVICE_TYPE
 
 
@@ -22,8 +21,12 @@ def selinux() -> None:
     show_default=True,
     help="SELinux type for character device nodes.",
 )
+@json_option(
+    help='Print the changes as JSON: {"dry_run": BOOL, "changes": [{"path", "kind", "old", '
+    '"new"}], "count": N}.'
+)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=False))
-def relabel(dry_run: bool, device_type: str, paths: tuple[str, ...]) -> None:
+def relabel(dry_run: bool, device_type: str, as_json: bool, paths: tuple[str, ...]) -> None:
     """Label driver trees container_ro_file_t and device nodes DEVICE_TYPE.
 
     PATH is a driver source tree (a volume root, /usr/lib/ocihook/driver, ...) or a
@@ -33,6 +36,10 @@ def relabel(dry_run: bool, device_type: str, paths: tuple[str, ...]) -> None:
     from ocihook.selinux.relabel import relabel as do_relabel
 
     changes = do_relabel(paths, dry_run=dry_run, device_type=device_type)
+    if as_json:
+        listed = [{"path": c.path, "kind": c.kind, "old": c.old, "new": c.new} for c in changes]
+        emit_json({"dry_run": dry_run, "changes": listed, "count": len(changes)})
+        return
     verb = "would relabel" if dry_run else "relabelled"
     total = "to relabel" if dry_run else "relabelled"
     for change in changes:
@@ -49,13 +56,13 @@ def relabel(dry_run: bool, device_type: str, paths: tuple[str, ...]) -> None:
     help="Driver source tree to check (read only).",
 )
 @click.option("--limit", default=20, show_default=True, help="Mislabelled files to list.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option()
 def status(source: str | None, limit: int, as_json: bool) -> None:
     """SELinux mode, the ocihook module, booleans that matter, and labels of SOURCE and /dev."""
     from ocihook.selinux.status import collect, render
 
     result = collect(source=source, limit=limit)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        emit_json(result.as_dict())
     else:
         click.echo(render(result))
