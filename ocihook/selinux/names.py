@@ -28,8 +28,8 @@ CONTAINER_FILE_TYPES = frozenset({"container_file_t", "svirt_lxc_file_t", "svirt
 # Host library types that every container domain may read, map and execute through
 # libs_use_shared_libs(domain) in both base policies (container-selinux on Fedora/RHEL and
 # refpolicy's container module on Debian; tests/test_selinux_policy.py checks it against the
-# linked policy). The hook's source check accepts them. usr_t, bin_t and etc_t are readable
-# only under refpolicy, so they are not here.
+# linked policy). The hook's source check accepts them. Other types (bin_t, usr_t) are
+# accepted where the running policy says so (selinux/access.py asks the kernel).
 HOST_LIBRARY_TYPES = frozenset({"lib_t", "ld_so_t", "textrel_shlib_t"})
 # Types a bind-mount source may have for the hook (at a level without categories).
 SHARED_READ_TYPES = CONTAINER_RO_TYPES | HOST_LIBRARY_TYPES
