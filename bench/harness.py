@@ -43,9 +43,11 @@ ANNOTATION = podman.ANNOTATION
 class Install:
     """A venv like an installed package: ocihook importable through a plain .pth (no editable
     finder, no pip), its .pyc compiled first, and the hook executable with a `python3 -I`
-    shebang of that venv's interpreter."""
+    shebang of that venv's interpreter. `checkout`: the ocihook source tree (default: this
+    one; the bench's --baseline installs another the same way)."""
 
-    def __init__(self, work: Path = WORK) -> None:
+    def __init__(self, work: Path = WORK, checkout: Path = REPO) -> None:
+        self.cache_tag = "" if checkout == REPO else work.name
         self.dir = work / "venv"
         self.python = self.dir / "bin" / "python3"
         self.hook = work / "ocihook-hook"
@@ -66,12 +68,13 @@ class Install:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        Path(site, "ocihook-bench.pth").write_text(f"{REPO}\n")
+        Path(site, "ocihook-bench.pth").write_text(f"{checkout}\n")
         # PYTHONDONTWRITEBYTECODE may be set here: compile explicitly, as a package install does.
         subprocess.run(
-            [str(self.python), "-I", "-m", "compileall", "-q", str(REPO / "ocihook")], check=True
+            [str(self.python), "-I", "-m", "compileall", "-q", str(checkout / "ocihook")],
+            check=True,
         )
-        podman.write_hook_executable(self.hook, str(self.python))
+        podman.write_hook_executable(self.hook, str(self.python), checkout)
         # The `ocihook` command (what the CDI spec's createContainer hooks run), installed alike.
         self.cli = work / "ocihook"
         self.cli.write_text(
@@ -262,9 +265,14 @@ class ScratchFs:
 
 
 def run_hook(install: Install, driver: Driver | None, state: bytes, args=None) -> float:
-    """Run the hook executable once; seconds of wall time. Raises on a non-zero exit."""
-    cmd = [str(install.hook), *(args if args is not None else driver.hook_args())]
-    return timed(cmd, state)
+    """Run the hook executable once; seconds of wall time. Raises on a non-zero exit. Each
+    install keeps its own compiled-config cache (`cache_tag`): two versions sharing one
+    would each find the other's stale and compile again at every run."""
+    if args is None:
+        args = driver.hook_args()
+        if install.cache_tag:
+            args[args.index("--cache-dir") + 1] += f"-{install.cache_tag}"
+    return timed([str(install.hook), *args], state)
 
 
 def timed(cmd: list[str], stdin: bytes | None = None, timeout: float = 120) -> float:

@@ -35,6 +35,8 @@ ROWS = {
     "hook_full": ("hook", "hook, full synthetic driver injected"),
     "hook_full_rootfs": ("hook", "hook, full driver, upper dir on this root fs"),
     "hook_poststop": ("hook", "hook at poststop: its record marked exited"),
+    "hook_none@baseline": ("hook", "--baseline: hook, container asks for nothing"),
+    "hook_full@baseline": ("hook", "--baseline: hook, full synthetic driver injected"),
     "ready_plain": ("start", "container's first output, no injection"),
     "ready_flags": ("start", "container's first output, -v/--device"),
     "ready_cdi": ("start", "container's first output, CDI stand-in"),
@@ -56,6 +58,9 @@ TARGETS = {
     "start_hook/start_flags": 1.10,
     "start_hook/start_cdi": 0.9,
 }
+# With --baseline (another checkout installed alike, its rows interleaved with these): this
+# code over that one. No target: the figure says whether a change made the hook slower.
+BASELINE_RATIOS = ("hook_none/hook_none@baseline", "hook_full/hook_full@baseline")
 # Added start time over the bare start: (num - base) / (den - base).
 ADDED_TARGETS = {
     ("ready_hook", "ready_cdi", "ready_plain"): 0.8,
@@ -147,9 +152,13 @@ def poststop_runner(install, driver, body: dict, bundle: Path):
     return run, check
 
 
-def hook_group(install, driver, image, rounds: int, scratch: Path) -> tuple[dict, dict]:
+def hook_group(
+    install, driver, image, rounds: int, scratch: Path, baseline=None
+) -> tuple[dict, dict]:
     """The hook as a process. hook_full's fake containers have their overlay upper dir on the
-    scratch ext4; hook_full_rootfs's on this machine's root file system (see ScratchFs)."""
+    scratch ext4; hook_full_rootfs's on this machine's root file system (see ScratchFs).
+    `baseline`: another checkout's Install, whose hook_none and hook_full run interleaved
+    with these (A B A B ...), for a before/after comparison in one run."""
     bundle = h.static_bundle()
     none_state = h.state_json("bench-none", os.getpid(), bundle)
     records: list[dict] = []
@@ -164,6 +173,10 @@ def hook_group(install, driver, image, rounds: int, scratch: Path) -> tuple[dict
         "hook_full_rootfs": sandbox_runner(install, driver, image),
         "hook_poststop": poststop,
     }
+    if baseline is not None:
+        info["hook_full@baseline"] = check_injection(baseline, driver, image, work=scratch)
+        runners["hook_none@baseline"] = lambda: h.run_hook(baseline, driver, none_state)
+        runners["hook_full@baseline"] = sandbox_runner(baseline, driver, image, scratch)
     return interleaved(runners, rounds), info
 
 
@@ -336,6 +349,12 @@ def main(argv=None) -> int:
         help="podman's store for the start rows: a scratch ext4 the bench mounts (default) or "
         "/var/lib/containers on this machine's root file system (see harness.ScratchFs)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another ocihook checkout (e.g. a git worktree of the last release): its hook "
+        "rows run interleaved with this one's, and the ratios say whether this code is slower",
+    )
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     params = MODES[mode]
@@ -343,6 +362,11 @@ def main(argv=None) -> int:
     started = time.time()
 
     install = h.Install()  # venv + .pth, compileall of ocihook, hook executable
+    baseline = None
+    if args.baseline is not None:
+        if not (args.baseline / "ocihook" / "hook.py").is_file():
+            parser.error(f"--baseline {args.baseline}: not an ocihook checkout")
+        baseline = h.Install(h.WORK / "baseline", args.baseline.resolve())
     image = h.image_rootfs()
     driver = h.full_driver()
     info = {"machine": machine(), "mode": mode, "params": dict(params, sizes=list(params["sizes"]))}
@@ -350,7 +374,7 @@ def main(argv=None) -> int:
     details: dict = {}
     with h.ScratchFs() as scratch:
         if "hook" in groups:
-            s, d = hook_group(install, driver, image, params["hook_rounds"], scratch)
+            s, d = hook_group(install, driver, image, params["hook_rounds"], scratch, baseline)
             samples.update(s), details.update(d)
         if "start" in groups:
             storage = scratch if args.storage == "scratch" else None
@@ -360,6 +384,7 @@ def main(argv=None) -> int:
             s, d = scale_group(install, image, params["sizes"], params["scale_rounds"], scratch)
             samples.update(s), details.update(d)
     info["storage"] = args.storage
+    info["baseline"] = str(args.baseline) if args.baseline else None
 
     rows = {}
     order = list(ROWS)
@@ -388,6 +413,11 @@ def main(argv=None) -> int:
                 target = TARGETS[key]
             value = rows[num]["median_ms"] / rows[den]["median_ms"]
             ratios[key] = {"value": value, "target": target, "met": value <= target}
+    for key in BASELINE_RATIOS:
+        num, den = key.split("/")
+        if num in rows and den in rows:
+            value = rows[num]["median_ms"] / rows[den]["median_ms"]
+            ratios[key] = {"value": value, "target": None, "met": None}
     for (num, den, base), target in ADDED_TARGETS.items():
         if num in rows and den in rows and base in rows:
             b = rows[base]["median_ms"]
@@ -450,7 +480,7 @@ def table(result: dict) -> str:
     lines.append(f"|{'-' * 54}|{'-' * 8}|{'-' * 8}|-----|")
     for key, ratio in result["ratios"].items():
         target = f"<={ratio['target']:g}" if ratio["target"] else ""
-        met = "yes" if ratio["met"] else "no"
+        met = {True: "yes", False: "no", None: ""}[ratio["met"]]
         lines.append(f"| {key:<52} | {ratio['value']:>6.2f} | {target:>6} | {met:<3} |")
     return "\n".join(lines)
 

@@ -98,3 +98,36 @@ def test_quick_bench_writes_every_row(tmp_path):
         expected = rows[num]["median_ms"] / rows[den]["median_ms"]
         assert abs(ratio["value"] - expected) < 1e-9, key
         assert ratio["met"] == (ratio["value"] <= ratio["target"]), key
+
+
+def test_baseline_rows_run_another_checkout_interleaved(tmp_path):
+    """--baseline installs another checkout (here: a copy of this one's package, as a git
+    worktree of an older commit would be) and times its hook rows in the same rounds."""
+    import shutil
+
+    other = tmp_path / "baseline"
+    shutil.copytree(REPO / "ocihook", other / "ocihook", ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copytree(REPO / "packaging", other / "packaging")
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/run.py"), "--quick", "--only", "hook"]
+        + ["--baseline", str(other), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["baseline"] == str(other)
+    rows = data["rows"]
+    assert {"hook_none@baseline", "hook_full@baseline"} <= set(rows)
+    assert rows["hook_full@baseline"]["mounts"] == rows["hook_full"]["mounts"] > 0
+    for key in ("hook_none/hook_none@baseline", "hook_full/hook_full@baseline"):
+        ratio = data["ratios"][key]
+        assert ratio["value"] > 0 and ratio["target"] is None
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "bench/run.py"), "--quick", "--baseline", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "not an ocihook checkout" in bad.stderr

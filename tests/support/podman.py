@@ -74,12 +74,13 @@ def remove(name: str) -> None:
     subprocess.run(["podman", "rm", "-f", name], capture_output=True)
 
 
-def write_hook_executable(path: Path, python: str) -> Path:
+def write_hook_executable(path: Path, python: str, checkout: Path = REPO) -> Path:
     """packaging/ocihook-hook as installed (packaging/hook_executable.py) for `python`, which
-    runs it with -IS: this checkout's package first on its sys.path, then `python`'s site dirs."""
+    runs it with -IS: `checkout`'s package (default: this one) first on its sys.path, then
+    `python`'s site dirs."""
     subprocess.run(
-        [sys.executable, str(REPO / "packaging/hook_executable.py"), str(path)]
-        + ["--python", python, "--package-dir", str(REPO)],
+        [sys.executable, str(checkout / "packaging/hook_executable.py"), str(path)]
+        + ["--python", python, "--package-dir", str(checkout)],
         check=True,
     )
     return path
