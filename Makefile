@@ -54,8 +54,10 @@ test-py39: py39-venv
 rpm-rhel9: py39-venv
 	$(MAKE) rpm RPM_PYTHON=$(PY39_VENV)/bin/python
 
-# SELinux enforcing, for real: a Debian 12 guest under QEMU runs the checks of
-# tests/enforcing/guest_checks.py (README "Testing under SELinux enforcing"). Results: build/enforcing/.
+# SELinux enforcing, for real: Debian 12 guests under QEMU, one with refpolicy and one with
+# Fedora's targeted policy 38.1 + container-selinux (built from ../shared/tools/sources), run the
+# checks of tests/enforcing/guest_checks.py with runc and crun (README "Testing under SELinux
+# enforcing"). Results: build/enforcing/. ENFORCING_ARGS="--policies=fedora --checks=labels".
 test-enforcing: deps
 	$(PYTHON) tests/enforcing/vm.py $(ENFORCING_ARGS)
 

@@ -160,7 +160,7 @@ def ensure_images(fedora: bool) -> tuple[Path, Path | None]:
     return image, policy
 
 
-def rhel_macros(policy: Path, directory: Path) -> Path:
+def rhel_macros(directory: Path) -> Path:
     """The macros RHEL's build root has for this spec: selinux-policy-devel's
     macros.selinux-policy (the dist tarball's rpm.macros, with the two values its spec fills
     in) and systemd-rpm-macros' tmpfiles ones (tests/enforcing/macros.systemd)."""
@@ -183,7 +183,7 @@ def fedora_rpms(policy: Path) -> list[Path]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     topdir = work / "rpmbuild"  # make rpm empties it first
-    macros = rhel_macros(policy, work)
+    macros = rhel_macros(work)
     devel = policy / "root/usr/share/selinux"
     make_flags = f"DEVEL_MAKEFILE={devel}/devel/Makefile SHAREDIR={devel} NAME=targeted"
     args = (
