@@ -109,4 +109,5 @@ def test_a_boolean_the_policy_offers_never_replaces_the_relabel():
     assert finding.fixes == ["ocihook selinux relabel /srv/synth-driver"]
     assert "domain_can_mmap_files=on would allow it" in finding.explanation
     assert "the driver's label is the cause" in finding.explanation
+    assert "this host's policy denies containers { map }" in finding.explanation
     assert not any(fix.startswith(("setsebool", "allow ")) for fix in finding.fixes)

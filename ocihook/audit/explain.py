@@ -134,8 +134,8 @@ def explain(event: Event, avc: Avc, match: Match, verdict: Verdict | None = None
         finding.explanation += said
         if verdict.booleans and finding.cause == "source-unlabelled":
             finding.explanation += (
-                " That boolean would allow far more than this file (every domain it covers, "
-                "every file of the type); the driver's label is the cause."
+                " That boolean is host-wide (every domain it covers, every file of the type), "
+                "not a fix for one driver; the driver's label is the cause."
             )
     return finding
 
@@ -314,7 +314,7 @@ def _from_labels(
     if avc.tclass in names.FILE_CLASSES and ttype not in names.CONTAINER_READABLE_TYPES:
         finding.cause = "source-unlabelled"
         finding.explanation = (
-            f"{what} has type {ttype}, which {_denied_why(ttype)}: the driver source "
+            f"{what} has type {ttype}, {_denied_why(ttype, avc.perms)}: the driver source "
             f"{source_root} is not labelled {names.SHARED_FILE_LABEL}."
         )
         finding.fixes = [f"{names.RELABEL_COMMAND} {source_root}"]
@@ -344,8 +344,8 @@ def explain_all(events: list[Event], matcher, policy: Policy | None = None) -> l
     return findings
 
 
-def _denied_why(ttype: str) -> str:
-    """Why a container was denied a file of type `ttype` that is no container type."""
+def _denied_why(ttype: str, perms: list[str]) -> str:
+    """Why a container was denied `perms` on a file of type `ttype`, no container type."""
     if ttype in names.HOST_LIBRARY_TYPES:
-        return "the base policies let containers read but this host's policy did not"
-    return "containers may not read or execute"
+        return "which the base policies let containers read but this host's policy did not"
+    return f"on which this host's policy denies containers {{ {' '.join(perms)} }}"

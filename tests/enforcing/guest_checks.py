@@ -652,15 +652,18 @@ def broken_warn(runtime: str):
         if f.get("container")
         and f.get("injected")
         and any("ocihook selinux relabel" in fix for fix in f["fixes"])
-        and not any(fix.startswith("allow ") for fix in f["fixes"])
+        and not any(fix.startswith(("allow ", "setsebool ")) for fix in f["fixes"])
     ]
+    # the text report's fixes: the relabel only, never a rule or a boolean
+    fixes = [x.strip()[5:] for x in text.stdout.splitlines() if x.strip().startswith("fix: ")]
     ok = (
         all(r.returncode != 0 for r in runs)
         and not any(n in gone for n in names)
         and findings
         and len(tied) == len(findings)
         and audited.returncode == 1
-        and "allow " not in text.stdout
+        and fixes
+        and all(f.startswith("ocihook selinux relabel ") for f in fixes)
     )
     return ok, (
         f"containers denied and removed; audit rc={audited.returncode}, "
