@@ -298,10 +298,10 @@ def _check_driver(config: dict, ok, bad, warn) -> None:
         bad(str(error))
     ldconfig = config["ldconfig"]
     if ldconfig["enabled"]:
-        from ocihook.hostldconfig import open_ldconfig
+        from ocihook.elf import open_static_executable
 
         try:
-            os.close(open_ldconfig(ldconfig["path"]))
+            os.close(open_static_executable(ldconfig["path"], "ldconfig"))
             ok(f"ldconfig {ldconfig['path']}")
         except OcihookError as error:
             bad(str(error))

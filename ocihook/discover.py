@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ocihook import devices, elf, kinds, ldsocache, ldsoconf, securepath
+from ocihook import devices, elf, kinds, ldsocache, securepath
 from ocihook.errors import OcihookError
 from ocihook.kinds import SECTIONS, found_kind, section_kind
 from ocihook.plan import (
@@ -129,7 +129,12 @@ class _LibraryFinder:
         if self._conf_dirs is None:
             path = self.profile.get("ld_conf")
             found = not self.cache_found and path
-            self._conf_dirs = ldsoconf.read_dirs(self.roots.source_fd, path) if found else []
+            if found:
+                from ocihook import ldsoconf  # only for a source root without an ld cache
+
+                self._conf_dirs = ldsoconf.read_dirs(self.roots.source_fd, path)
+            else:
+                self._conf_dirs = []
         return self._conf_dirs
 
     def dirs(self, pattern: str, arch: int) -> list[str]:

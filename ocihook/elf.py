@@ -2,9 +2,11 @@
 
 Discovery reads a driver library's class (which lib dir it belongs to) and its DT_SONAME
 (which soname link the container needs); the native ld cache writer (ldnative.py) its
-soname, class, machine and DT_NEEDED for the cache entry's flags. The file may come from a
-driver volume or from the container's image: hostile input. Every read is bounded, every
-offset checked; what cannot be told is a reason (a string), never an exception.
+soname, class, machine and DT_NEEDED for the cache entry's flags; the hook, `cdi-hook` and
+`ocihook check` whether the host's ldconfig is a static executable (open_static_executable).
+The file may come from a driver volume or from the container's image: hostile input. Every
+read is bounded, every offset checked; what cannot be told is a reason (a string), never an
+exception.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import stat
 import struct
 
-from ocihook.errors import describe
+from ocihook.errors import OcihookError, describe
 from ocihook.slots import Struct
 
 MAX_PHNUM = 512
@@ -157,3 +159,50 @@ def is_file_name(soname: bytes) -> bool:
         and soname.isascii()
         and soname.decode("ascii").isprintable()
     )
+
+
+def static_executable_problem(fd: int) -> str | None:
+    """Why the file open as `fd` is not a static 64-bit little-endian ELF executable (it
+    has a program interpreter, PT_INTERP), or None when it is one."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return "not a regular file"
+    head = os.pread(fd, _HEAD, 0)
+    if len(head) < _HEAD or head[:4] != b"\x7fELF":
+        return "not an ELF file"
+    if head[4] != ELFCLASS64 or head[5] != 1:
+        return "not a 64-bit little-endian ELF file"
+    ehdr, phdr, _dyn = _ELF[ELFCLASS64]
+    phoff, phentsize, phnum = ehdr.unpack_from(head)
+    if phentsize < phdr.size or phnum > MAX_PHNUM:
+        return "malformed ELF program headers"
+    table = os.pread(fd, phentsize * phnum, phoff)
+    if len(table) < phentsize * phnum:
+        return "truncated ELF program headers"
+    for i in range(phnum):
+        if phdr.unpack_from(table, i * phentsize)[0] == PT_INTERP:
+            return "dynamically linked (it would load the container's ld.so)"
+    return None
+
+
+def open_static_executable(path: str, what: str) -> int:
+    """`path` opened on the host (before the hook enters a container), checked to be a
+    static ELF executable that may be run: the host's ldconfig runs chrooted in the rootfs,
+    where a dynamic one would load the image's ld.so and libc (and a script the image's
+    interpreter). One line naming `what` when it is not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise OcihookError(f"{what} {path}: {describe(error)}") from None
+    try:
+        problem = static_executable_problem(fd)
+        mode = os.fstat(fd).st_mode
+        if problem is None and not mode & 0o111:
+            problem = f"not executable (mode {stat.S_IMODE(mode):04o})"
+    except OSError as error:
+        problem = describe(error)
+    except (OverflowError, ValueError):
+        problem = "an offset outside the file"
+    if problem:
+        os.close(fd)
+        raise OcihookError(f"{what} {path}: {problem}; it must be a static executable")
+    return fd

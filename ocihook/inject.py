@@ -12,10 +12,9 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, ldcache, mountinfo, privileges, record, securepath
+from ocihook import apply, cgroups, elf, ldcache, mountinfo, privileges, record, securepath
 from ocihook.discover import build_plan
 from ocihook.errors import OcihookError, describe
-from ocihook.hostldconfig import open_ldconfig
 from ocihook.kinds import KINDS, LABEL_WRITABLE, Kind
 from ocihook.plan import Plan, device_rules, finalize
 from ocihook.roots import Roots
@@ -196,7 +195,9 @@ class _Injection:
                 if self.api.on_host:
                     self._open_sources(plan, decision, roots)
                 if decision.ld_writer is not None:
-                    self.ldconfig_fd = open_ldconfig(config["ldconfig"]["path"])
+                    self.ldconfig_fd = elf.open_static_executable(
+                        config["ldconfig"]["path"], "ldconfig"
+                    )
                 state_fd = record.open_state_dir(config["state_dir"])
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)

@@ -77,7 +77,6 @@ LAYERS = {
         "ocihook.devices",
         "ocihook.discover",
         "ocihook.hooksdirs",
-        "ocihook.hostldconfig",
         "ocihook.ldsocache",
         "ocihook.ldsoconf",
         "ocihook.nvidia",

@@ -136,3 +136,37 @@ def test_old_driver_with_the_cache_glibcs_ldconfig_writes(tmp_path):
     tls = f"libnvidia-tls.so.{hosts.LEGACY}"
     assert got[f"/usr/lib64/{tls}"] == f"/usr/lib/nvidia-340/tls/{tls}"
     assert got[f"/usr/lib/{tls}"] == f"/usr/lib32/nvidia-340/tls/{tls}"
+
+
+def test_static_executable_check_as_readelf_tells_it(tmp_path):
+    """The host's ldconfig must be a static executable: glibc's is (static-pie), a dynamic
+    program (PT_INTERP, readelf's "Requesting program interpreter") is refused, and so is
+    what is no 64-bit ELF at all."""
+
+    def problem(path) -> str | None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return elf.static_executable_problem(fd)
+        finally:
+            os.close(fd)
+
+    def interpreter(path) -> bool:
+        out = subprocess.run(["readelf", "-l", str(path)], capture_output=True, text=True)
+        return "Requesting program interpreter" in out.stdout
+
+    assert not interpreter("/sbin/ldconfig") and problem("/sbin/ldconfig") is None
+    dynamic = os.path.realpath("/bin/sh")
+    assert interpreter(dynamic)
+    assert problem(dynamic) == "dynamically linked (it would load the container's ld.so)"
+    script = tmp_path / "ldconfig"
+    script.write_text("#!/bin/sh\n")
+    assert problem(script) == "not an ELF file"
+    assert problem(tmp_path) == "not a regular file"
+    with pytest.raises(Exception) as error:
+        elf.open_static_executable(str(script), "ldconfig")
+    assert str(error.value) == (
+        f"ldconfig {script}: not an ELF file; it must be a static executable"
+    )
+    with pytest.raises(Exception) as error:
+        elf.open_static_executable(str(tmp_path / "none"), "ldconfig")
+    assert str(error.value) == f"ldconfig {tmp_path / 'none'}: does not exist"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from ocihook import apply, ldcache, ldnative, ldsocache
+from ocihook.elf import open_static_executable
 from ocihook.errors import OcihookError
-from ocihook.hostldconfig import open_ldconfig
 from ocihook.plan import Mount, Plan
 from tests.conftest import base_config
 from tests.support import hosts, images, sandbox, synthetic
@@ -77,7 +77,7 @@ def _update(root: Path, ld_dirs, targets, shared=frozenset(), settings=SETTINGS,
     )
     root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     writer = apply.ContainerWriter(root_fd, label, 0, 0, shared)
-    ldconfig_fd = open_ldconfig("/sbin/ldconfig")
+    ldconfig_fd = open_static_executable("/sbin/ldconfig", "ldconfig")
     try:
         how = ldcache.update(
             writer, ldconfig_fd, root_fd, str(root), plan, settings["path"], 0, 0, lines.append

@@ -18,8 +18,8 @@ import sys
 
 from ocihook import apply, ldcache, mountinfo
 from ocihook.config import DEFAULTS
+from ocihook.elf import open_static_executable
 from ocihook.errors import OcihookError
-from ocihook.hostldconfig import open_ldconfig
 from ocihook.plan import PLACEHOLDER_LIB_DIR, Link, Plan
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
 from ocihook.target import STATIC, Decision, Target, decide
@@ -147,7 +147,7 @@ def update_ldcache(container: Container, ldconfig_path: str, folders: list[str])
         if not folder.startswith("/") or "\0" in folder:
             raise OcihookError(f"--folder {folder!r}: must be an absolute path")
     decision = _decision(container, [], folders)
-    ldconfig_fd = open_ldconfig(ldconfig_path)
+    ldconfig_fd = open_static_executable(ldconfig_path, "ldconfig")
     try:
         rootfs = _Rootfs(container)
         try:
