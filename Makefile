@@ -65,12 +65,12 @@ demo: venv
 	$(VPY) scripts/demo.py
 
 lint: venv
-	$(VENV)/bin/ruff check ocihook tests bench scripts
-	$(VENV)/bin/ruff format --check ocihook tests bench scripts
+	$(VENV)/bin/ruff check ocihook tests bench scripts setup.py
+	$(VENV)/bin/ruff format --check ocihook tests bench scripts setup.py
 
 format: venv
-	$(VENV)/bin/ruff format ocihook tests bench scripts
-	$(VENV)/bin/ruff check --fix ocihook tests bench scripts
+	$(VENV)/bin/ruff format ocihook tests bench scripts setup.py
+	$(VENV)/bin/ruff check --fix ocihook tests bench scripts setup.py
 
 bench: venv
 	$(VPY) bench/run.py
