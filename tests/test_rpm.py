@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import podman, synthetic
+from tests.support import podman, py39, synthetic
 from tests.support.overlay_root import namespace_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -374,10 +374,7 @@ def test_rpm_erase_removes_every_installed_file(build, tmp_path):
 # The RPM built the RHEL way (docs/rpm.md): `make rpm RPM_PYTHON=...` makes %__python3 RHEL 9's
 # Python stack, .venv-py39 as scripts/py39-venv.sh builds it for make test-py39 (pyenv's CPython
 # 3.9.18, setuptools 53, no build isolation, no network), and the installed files run under it.
-PY39_SCRIPT = REPO / "scripts/py39-venv.sh"
 PY39_SITELIB = "/usr/lib/python3.9/site-packages"  # the spec's python3_sitelib for it, as on RHEL 9
-PY39_MISSING = run([str(PY39_SCRIPT), "--find"]).stderr.strip() or None
-needs_py39 = pytest.mark.skipif(PY39_MISSING is not None, reason=str(PY39_MISSING))
 
 
 @dataclass
@@ -389,16 +386,13 @@ class Rhel9Build:
 
 @pytest.fixture(scope="module")
 def rhel9(tmp_path_factory) -> Rhel9Build:
-    made = run([str(PY39_SCRIPT), str(REPO / ".venv-py39")], timeout=900)
-    assert made.returncode == 0, made.stderr[-4000:]
-    python = Path(made.stdout.split()[-1])
+    python = py39.python()
     built = make_rpm(tmp_path_factory.mktemp("rpm39"), f"RPM_PYTHON={python}")
     root = tmp_path_factory.mktemp("rpm39root")
     extract_into(root, built.main)
     return Rhel9Build(build=built, python=python, root=root)
 
 
-@needs_py39
 def test_rhel9_build_makes_the_named_wheel_into_the_39_sitelib(rhel9):
     log = (rhel9.build.topdir / "make.log").read_text()
     assert f"{rhel9.python} -m pip wheel --no-deps --no-build-isolation --no-index" in log
@@ -412,7 +406,6 @@ def test_rhel9_build_makes_the_named_wheel_into_the_39_sitelib(rhel9):
     assert "python(abi) = 3.9" in query(rhel9.build.main, "--requires")
 
 
-@needs_py39
 def test_rhel9_completion_scripts_are_click_7s(rhel9):
     """%install asks the build's click (RHEL 9's 7.1.2) for the scripts: click 7's protocol."""
     bash = (rhel9.root / "usr/share/bash-completion/completions/ocihook").read_text()
@@ -427,7 +420,6 @@ def py39_env(rhel9: Rhel9Build) -> dict:
     return {**os.environ, "PYTHONPATH": str(rhel9.root / PY39_SITELIB.lstrip("/"))}
 
 
-@needs_py39
 def test_rhel9_installed_command_runs_under_python39(rhel9, synth_root, tmp_path):
     env = py39_env(rhel9)
     code = "import ocihook, sys; print(ocihook.__file__, sys.version.split()[0])"
@@ -466,7 +458,6 @@ done
 """
 
 
-@needs_py39
 def test_rhel9_installed_hook_answers_a_no_request_state(rhel9, tmp_path):
     hook = rhel9.root / "usr/libexec/ocihook/ocihook-hook"
     assert hook.read_text().startswith(f"#!{rhel9.python} -IS\n")
