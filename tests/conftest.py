@@ -274,10 +274,10 @@ def _unmet(mark: str) -> str | None:
         why = vm.fedora_missing()
         return f"needs the Fedora guest's sources: {why}" if why else None
     if mark == "tomllib":
-        try:
-            import tomllib  # noqa: F401
-        except ImportError:
-            return "needs Python 3.11's tomllib as the reference TOML reader"
+        from tests.support.tomllib_python import tomllib_python
+
+        if tomllib_python() is None:
+            return "needs a Python 3.11+ (tomllib, the reference TOML reader) here or on PATH"
     return None
 
 
