@@ -256,16 +256,9 @@ def match_file(container: Container, event: Event, avc: Avc) -> tuple[Injected, 
     """The injected item of `container` that the denial touches, with the evidence."""
     requested = requested_char_device(avc)
     if requested is not None:
+        major, minor = requested
         for item in container.injected:
-            if (
-                item.numbers
-                and item.numbers[0] == requested[0]
-                and requested[1]
-                in (
-                    None,
-                    item.numbers[1],
-                )
-            ):
+            if item.numbers and item.numbers[0] == major and minor in (None, item.numbers[1]):
                 return item, "device number"
         return None
     paths = _paths(event, avc)
