@@ -66,7 +66,14 @@ def poststop(config_path: str, cache_dir: str) -> None:
     "--capabilities",
     default=None,
     help="Driver capabilities to plan for: compute,utility,... or all "
-    "(default: the profile's default_capabilities).",
+    "(default: the profile's default_capabilities; GPUDirect's gdrcopy, gds and rdma only "
+    "by name).",
+)
+@click.option(
+    "--imex-channels",
+    default=None,
+    help="NVIDIA IMEX channels to plan for: all or a list (0,2 or 0-3), as the "
+    "ocihook.io/imex-channels annotation or NVIDIA_IMEX_CHANNELS asks.",
 )
 @click.option(
     "--lib-dir",
@@ -96,6 +103,7 @@ def plan(
     config_path: str,
     devices: str,
     capabilities: str | None,
+    imex_channels: str | None,
     lib_dir: str | None,
     rootfs: str | None,
     userns: bool,
@@ -122,7 +130,15 @@ def plan(
     request = parse_request(devices, "--devices")
     available = list(config["profile"]["capabilities"])
     if capabilities is not None:
-        request.capabilities = parse_capabilities(capabilities, "--capabilities", available)
+        by_name = [n for n, c in config["profile"]["capabilities"].items() if c.get("by_name")]
+        request.capabilities = parse_capabilities(
+            capabilities, "--capabilities", available, by_name
+        )
+    if imex_channels is not None:
+        from ocihook.imex import parse_channels
+
+        request.imex = parse_channels(imex_channels, "--imex-channels")
+        request.imex_origin = "--imex-channels"
     with Roots(config["source_root"], config["device_root"]) as roots:
         result = build_plan(config, roots, request, verify=True, describe="plan")
     decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)

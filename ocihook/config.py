@@ -29,8 +29,9 @@ from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 6  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+CACHE_FORMAT = 7  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
 # 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind
+# 7: request.imex_annotation (IMEX channels), capability nodes and by_name (GPUDirect)
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -57,6 +58,7 @@ DEFAULTS: dict = {
         "annotation": "ocihook.io/devices",
         "capabilities_annotation": "ocihook.io/capabilities",
         "env": False,
+        "imex_annotation": "ocihook.io/imex-channels",
         "allow": [],
         "trusted_annotations": TRUSTED_ANNOTATIONS,
     },

@@ -597,13 +597,14 @@ def build_plan(
         profile=profile["name"],
         source_root=roots.source_root,
         device_root=roots.device_root,
-        request=request.describe(),
+        request=_describe(request),
         lib_dir=lib_dir,
         driver_version=version,
         mounts=mounts,
         links=links,
         devices=_with_mode(
-            devices.plan_nodes(roots, spec, chosen.selection, chosen.available, parts["control"]),
+            devices.plan_nodes(roots, spec, chosen.selection, chosen.available, parts["control"])
+            + _extra_nodes(roots, profile, capabilities, request),
             mode,
         ),
         device_list=[chosen.available[i] for i in chosen.selection.indices]
@@ -618,6 +619,35 @@ def build_plan(
         unmatched=unmatched,
         warnings=warnings,
     )
+
+
+def _extra_nodes(
+    roots: Roots, profile: dict, capabilities: list[str], request: DeviceRequest
+) -> list[DeviceNode]:
+    """The nodes beyond the devices' and control nodes: the requested NVIDIA IMEX channels
+    (imex.py) and those of the selected capabilities' `nodes` (gpudirect.py), each module
+    imported only when asked for."""
+    spec = profile["devices"]
+    found: list[DeviceNode] = []
+    if request.imex != ():
+        from ocihook import imex
+
+        found += imex.plan_channels(roots, spec, request.imex, spec["access"], request.imex_origin)
+    if any(profile["capabilities"].get(c, {}).get("nodes") for c in capabilities):
+        from ocihook import gpudirect
+
+        entries = gpudirect.wanted(profile, capabilities)
+        found += gpudirect.plan_nodes(roots, entries, spec["access"])
+    return found
+
+
+def _describe(request: DeviceRequest) -> str:
+    """The request as the plan and the record show it (IMEX channels after the devices)."""
+    if request.imex == ():
+        return request.describe()
+    from ocihook.imex import describe
+
+    return f"{request.describe()}; IMEX channels {describe(request.imex)}"
 
 
 def _with_mode(nodes: list[DeviceNode], mode: str | None) -> list[DeviceNode]:

@@ -115,6 +115,7 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     )
     if request.empty:
         return request
+    _imex_request(request, container, config)
     if settings["allow"]:
         from ocihook.request import check_allowed
 
@@ -129,8 +130,27 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
         settings["capabilities_annotation"],
         f"{prefix}_DRIVER_CAPABILITIES" if settings["env"] and prefix else None,
         list(config["profile"]["capabilities"]),
+        [n for n, c in config["profile"]["capabilities"].items() if c.get("by_name")],
     )
     return request
+
+
+def _imex_request(request: DeviceRequest, container: Container, config: dict) -> None:
+    """NVIDIA IMEX channels (imex.py), with a device request: the annotation, or with
+    request.env the image's <PREFIX>_IMEX_CHANNELS when the profile has NVIDIA devices."""
+    settings = config["request"]
+    profile = config["profile"]
+    nvidia = profile["devices"].get("nvidia") is not None
+    prefix = profile["env_prefix"]
+    env_key = f"{prefix}_IMEX_CHANNELS" if settings["env"] and nvidia and prefix else None
+    key = settings["imex_annotation"]
+    if key not in container.annotations and not (env_key and env_key in container.env):
+        return
+    from ocihook.imex import requested_channels
+
+    request.imex, request.imex_origin = requested_channels(
+        container.annotations, container.env, key, env_key
+    )
 
 
 if __name__ == "__main__":

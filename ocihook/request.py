@@ -25,13 +25,15 @@ class DeviceRequest(Struct):
     `names` are PCI addresses, node names, GPU and MIG UUIDs and MIG index pairs (each in
     its canonical form: name_kind), resolved against the host's devices later."""
 
-    __slots__ = ("indices", "origin", "names", "capabilities")
-    _defaults = {"names": (), "capabilities": None}
+    __slots__ = ("indices", "origin", "names", "capabilities", "imex", "imex_origin")
+    _defaults = {"names": (), "capabilities": None, "imex": (), "imex_origin": "no request"}
 
     indices: tuple[int, ...] | None
     origin: str
     names: tuple[str, ...]
     capabilities: list[str] | None  # None: the profile's default capabilities
+    imex: tuple[int, ...] | None  # NVIDIA IMEX channels (imex.py): None for all, () none
+    imex_origin: str  # where the IMEX channels came from, for messages
 
     @property
     def empty(self) -> bool:
@@ -163,16 +165,19 @@ def _mig_listing(mig_devices: list) -> str:
     return ", ".join(f"{m.name} {m.uuid or '(UUID unknown)'}" for m in mig_devices) or "none"
 
 
-def parse_capabilities(value: str, origin: str, available: list[str]) -> list[str] | None:
+def parse_capabilities(
+    value: str, origin: str, available: list[str], by_name: list[str] | tuple = ()
+) -> list[str] | None:
     """`compute,utility`, `all` or `` (the default: None) into capability names of the
-    profile (`available`, in profile order); an unknown name is an error."""
+    profile (`available`, in profile order); an unknown name is an error. `all` leaves out
+    the capabilities in `by_name` (GPUDirect's: a container gets those only by name)."""
     if len(value) > MAX_REQUEST_LENGTH:
         raise OcihookError(f"{origin}: capability list longer than {MAX_REQUEST_LENGTH} characters")
     names = [n.strip() for n in value.lower().split(",") if n.strip()]
     if not names:
         return None
     if "all" in names:
-        return list(available)
+        return [n for n in available if n not in by_name or n in names]
     unknown = [n for n in names if n not in available]
     if unknown:
         have = ", ".join(available) or "none"
@@ -188,15 +193,16 @@ def requested_capabilities(
     annotation_key: str,
     env_key: str | None,
     available: list[str],
+    by_name: list[str] | tuple = (),
 ) -> list[str] | None:
     """The capabilities the container asks for (annotation first, then the env variable
     when enabled), or None for the profile's default."""
     if annotation_key in annotations:
         return parse_capabilities(
-            annotations[annotation_key], f"annotation {annotation_key}", available
+            annotations[annotation_key], f"annotation {annotation_key}", available, by_name
         )
     if env_key and env_key in env:
-        return parse_capabilities(env[env_key], f"image env {env_key}", available)
+        return parse_capabilities(env[env_key], f"image env {env_key}", available, by_name)
     return None
 
 
@@ -292,6 +298,15 @@ def _annotations_match(patterns: dict[str, str], annotations: dict[str, str]) ->
     return True
 
 
+def _covers_imex(allowed: object, request: DeviceRequest) -> bool:
+    """An entry's `imex_channels` (absent: none) covers the request's IMEX channels."""
+    if request.imex == ():
+        return True
+    from ocihook.imex import covers
+
+    return covers(allowed, request.imex)
+
+
 def check_allowed(
     request: DeviceRequest,
     annotations: dict[str, str],
@@ -304,10 +319,20 @@ def check_allowed(
     may come from whoever wrote the pod."""
     readable = {key: annotations[key] for key in trusted if key in annotations}
     for entry in allow:
-        if _annotations_match(entry.get("annotations") or {}, readable) and _covers(
-            entry.get("devices"), request
+        if (
+            _annotations_match(entry.get("annotations") or {}, readable)
+            and _covers(entry.get("devices"), request)
+            and _covers_imex(entry.get("imex_channels"), request)
         ):
             return
+    if request.imex != ():
+        from ocihook.imex import describe
+
+        raise OcihookError(
+            f"{request.origin}: request for devices '{request.describe():.60}' with IMEX "
+            f"channels '{describe(request.imex):.60}' ({request.imex_origin}) is not allowed by "
+            "the config's request.allow list for this container's annotations"
+        )
     raise OcihookError(
         f"{request.origin}: request for devices '{request.describe():.60}' is not allowed by the "
         "config's request.allow list for this container's annotations"
