@@ -47,6 +47,7 @@ FAKE_MAJORS = {
     "infiniband_mad": 231,
 }
 FAKE_MISC = {"rdma_cm": 58}
+CUFILE = "libcufile.so.1.9.1"
 
 
 @dataclass
@@ -61,10 +62,12 @@ def build(
     nodes: dict[str, tuple[int, int]] | None = None,
     majors: dict[str, int] | None = None,
     misc: dict[str, int] | None = None,
+    cufile: bool = False,
 ) -> DirectHost:
     """hosts.ubuntu plus `nodes` (in-root path -> numbers, mode 0666) and the proc tables
     (`majors`: name -> char major in proc/devices; `misc`: name -> minor in proc/misc);
-    defaults: every FAKE node and table."""
+    defaults: every FAKE node and table. `cufile`: GDS's libcufile (a stand-in ELF of its
+    own version, not the driver's) and /etc/cufile.json."""
     nodes = dict(FAKE_NODES) if nodes is None else nodes
     majors = dict(FAKE_MAJORS) if majors is None else majors
     misc = dict(FAKE_MISC) if misc is None else misc
@@ -78,6 +81,11 @@ def build(
     lines += [f"{major:3d} {name}" for name, major in majors.items()]
     (root / "proc").mkdir(exist_ok=True)
     (root / "proc/devices").write_text("\n".join(lines) + "\n\nBlock devices:\n  7 loop\n")
+    if cufile:
+        lib = root / "usr/lib/x86_64-linux-gnu"
+        (lib / CUFILE).write_bytes(hosts.library("libcufile.so.0"))
+        (lib / "libcufile.so.0").symlink_to(CUFILE)
+        (root / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
     (root / "proc/misc").write_text("".join(f"{m:3d} {n}\n" for n, m in misc.items()))
     return DirectHost(root, nodes)
 

@@ -1,0 +1,296 @@
+"""IMEX channels and the GPUDirect capabilities (gdrcopy, gds, rdma) in `ocihook plan`, the
+request and allow-list rules, and the one-line refusals of what the host lacks.
+
+Stand-in: tests/support/nvidia_direct.py's fake device root with FIXED fake numbers (a plan
+never opens a node; tests/test_e2e_nvidia_direct.py opens real stand-ins in containers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ocihook.errors import OcihookError
+from ocihook.imex import covers, parse_channels
+from ocihook.request import DeviceRequest, check_allowed, parse_capabilities
+from tests.support import golden, nvidia_direct, synthetic
+from tests.support.plans import run_plan
+
+GOLDEN = Path(__file__).parent / "golden"
+IMEX_DIR = nvidia_direct.IMEX_DIR
+
+
+def _config(tmp_path: Path, **build) -> tuple[Path, Path]:
+    host = nvidia_direct.build(tmp_path / "root", **build)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(synthetic.config(host.root, profile="nvidia")))
+    return config, host.root
+
+
+def _nodes(config: Path, *args: str) -> dict[str, tuple[int, int, str]]:
+    result = run_plan(config, "--json", "--devices", "0", *args)
+    assert result.returncode == 0, result.stderr
+    return {
+        d["path"]: (d["major"], d["minor"], d["access"])
+        for d in json.loads(result.stdout)["devices"]
+    }
+
+
+def _error(config: Path, *args: str) -> str:
+    result = run_plan(config, "--devices", "0", *args)
+    assert result.returncode == 1, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# -- plans ---------------------------------------------------------------------------
+
+
+@pytest.mark.root
+def test_plan_matches_golden(tmp_path):
+    config, root = _config(tmp_path, cufile=True)
+    result = run_plan(
+        config,
+        "--devices",
+        "0",
+        "--capabilities",
+        "compute,gdrcopy,gds,rdma",
+        "--imex-channels",
+        "all",
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.replace(str(root), "<root>")
+    assert text == golden.golden_text(GOLDEN / "plan-nvidia-direct.txt", text)
+
+
+@pytest.mark.root
+def test_plan_json_has_the_nodes_and_their_rules(tmp_path):
+    config, _ = _config(tmp_path)
+    result = run_plan(
+        config, "--json", "--devices", "0", "--capabilities", "gdrcopy", "--imex-channels", "1,7"
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    nodes = {d["path"]: (d["major"], d["minor"]) for d in plan["devices"]}
+    assert nodes[f"{IMEX_DIR}/channel1"] == (509, 1)
+    assert nodes[f"{IMEX_DIR}/channel7"] == (509, 7)
+    assert f"{IMEX_DIR}/channel0" not in nodes
+    assert nodes["/dev/gdrdrv"] == (507, 0)
+    assert not any(p.startswith(("/dev/nvidia-fs", "/dev/infiniband")) for p in nodes)
+    rules = json.dumps(plan["cgroup_rules"] if "cgroup_rules" in plan else plan)
+    assert "509" in rules and "507" in rules
+    assert plan["request"] == "0; IMEX channels 1,7"
+
+
+@pytest.mark.root
+def test_gpudirect_only_by_name(tmp_path):
+    """`all` capabilities (NVIDIA_DRIVER_CAPABILITIES=all) get no GPUDirect node; `all`
+    plus a name gets that one."""
+    config, _ = _config(tmp_path)
+    plain = _nodes(config, "--capabilities", "all")
+    assert not any(p in plain for p in ("/dev/gdrdrv", "/dev/nvidia-fs0"))
+    assert "/dev/gdrdrv" in _nodes(config, "--capabilities", "all,gdrcopy")
+
+
+@pytest.mark.root
+def test_rdma_optional_nodes_may_be_absent(tmp_path):
+    nodes = {
+        p: n
+        for p, n in nvidia_direct.FAKE_NODES.items()
+        if not p.endswith(("rdma_cm", "umad0", "issm0"))
+    }
+    config, _ = _config(tmp_path, nodes=nodes, misc={})
+    found = _nodes(config, "--capabilities", "rdma")
+    assert found["/dev/infiniband/uverbs0"] == (231, 192, "rw")
+    assert not any(p.endswith(("rdma_cm", "umad0")) for p in found)
+
+
+# -- what the host lacks: one line ----------------------------------------------------
+
+
+@pytest.mark.root
+def test_unknown_imex_channel(tmp_path):
+    config, _ = _config(tmp_path)
+    assert _error(config, "--imex-channels", "0,3") == (
+        "ocihook: --imex-channels: IMEX channel 3 does not exist (the host has: 0,1,7)"
+    )
+
+
+@pytest.mark.root
+def test_imex_all_without_channels(tmp_path):
+    nodes = {p: n for p, n in nvidia_direct.FAKE_NODES.items() if not p.startswith(IMEX_DIR)}
+    config, root = _config(tmp_path, nodes=nodes)
+    assert _error(config, "--imex-channels", "all") == (
+        "ocihook: --imex-channels: IMEX channels 'all': the host has no channel nodes "
+        f"({root}{IMEX_DIR}/channelN)"
+    )
+
+
+@pytest.mark.root
+def test_imex_channel_of_another_major_is_refused(tmp_path):
+    nodes = {**nvidia_direct.FAKE_NODES, f"{IMEX_DIR}/channel2": (195, 2)}
+    config, root = _config(tmp_path, nodes=nodes)
+    assert _error(config, "--imex-channels", "2") == (
+        f"ocihook: --imex-channels: IMEX channel 2: {root}{IMEX_DIR}/channel2 is not the "
+        "char device 509:2"
+    )
+
+
+@pytest.mark.root
+def test_imex_channel_minor_must_be_its_number(tmp_path):
+    nodes = {**nvidia_direct.FAKE_NODES, f"{IMEX_DIR}/channel3": (509, 4)}
+    config, _ = _config(tmp_path, nodes=nodes)
+    assert "IMEX channel 3: " in _error(config, "--imex-channels", "3")
+
+
+@pytest.mark.root
+def test_imex_without_the_major(tmp_path):
+    majors = {k: v for k, v in nvidia_direct.FAKE_MAJORS.items() if "imex" not in k}
+    config, root = _config(tmp_path, majors=majors)
+    assert _error(config, "--imex-channels", "0") == (
+        f"ocihook: --imex-channels: IMEX channels: {root}/proc/devices has no char major "
+        "'nvidia-caps-imex-channels' (the nvidia driver has no IMEX support loaded)"
+    )
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("capability", "drop", "expected"),
+    [
+        (
+            "gdrcopy",
+            ("/dev/gdrdrv", "gdrdrv"),
+            "capability gdrcopy: <root>/dev/gdrdrv: not found, and <root>/proc/devices has no "
+            "char major 'gdrdrv' (its kernel module is not loaded)",
+        ),
+        (
+            "gds",
+            ("/dev/nvidia-fs0", "/dev/nvidia-fs1"),
+            "capability gds: <root>/dev/nvidia-fs* not found (its driver is loaded: the host "
+            "has no node for it)",
+        ),
+        (
+            "gds",
+            ("nvidia-fs",),
+            "capability gds: <root>/dev/nvidia-fs*: <root>/proc/devices has no char major "
+            "'nvidia-fs' (its kernel module is not loaded)",
+        ),
+        (
+            "rdma",
+            ("/dev/infiniband/uverbs0", "infiniband_verbs"),
+            "capability rdma: <root>/dev/infiniband/uverbs*: not found, and <root>/proc/devices "
+            "has no char major 'infiniband_verbs' (its kernel module is not loaded)",
+        ),
+    ],
+)
+def test_absent_gpudirect_part(capability, drop, expected, tmp_path):
+    nodes = {p: n for p, n in nvidia_direct.FAKE_NODES.items() if p not in drop}
+    majors = {k: v for k, v in nvidia_direct.FAKE_MAJORS.items() if k not in drop}
+    config, root = _config(tmp_path, nodes=nodes, majors=majors)
+    line = _error(config, "--capabilities", capability)
+    assert line == "ocihook: " + expected.replace("<root>", str(root))
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("path", "numbers", "capability", "want"),
+    [
+        ("/dev/gdrdrv", (195, 0), "gdrcopy", "not a node of 'gdrdrv' (c 507)"),
+        ("/dev/nvidia-fs1", (507, 1), "gds", "not a node of 'nvidia-fs' (c 506)"),
+        ("/dev/infiniband/rdma_cm", (10, 59), "rdma", "not a node of 'rdma_cm' (c 10:58)"),
+    ],
+)
+def test_a_node_of_another_driver_is_refused(path, numbers, capability, want, tmp_path):
+    """A stale node of an unloaded module, or another driver's node at the path."""
+    config, root = _config(tmp_path, nodes={**nvidia_direct.FAKE_NODES, path: numbers})
+    line = _error(config, "--capabilities", capability)
+    major, minor = numbers
+    assert line == (f"ocihook: capability {capability}: {root}{path} is c {major}:{minor}, {want}")
+
+
+# -- requests and the allow-list (pure) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("all", None),
+        ("ALL", None),
+        ("", ()),
+        ("none", ()),
+        ("void", ()),
+        ("0", (0,)),
+        ("3,1, 2", (1, 2, 3)),
+        ("0-3,7", (0, 1, 2, 3, 7)),
+        ("2047", (2047,)),
+    ],
+)
+def test_parse_channels(value, expected):
+    assert parse_channels(value, "annotation x") == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "3-1", "0-99999", "1,,2", "0x1", "1.5", "٣"])
+def test_parse_channels_refuses(value):
+    with pytest.raises(OcihookError, match="annotation x: invalid IMEX channel list"):
+        parse_channels(value, "annotation x")
+
+
+def _request(imex) -> DeviceRequest:
+    return DeviceRequest((0,), "annotation ocihook.io/devices", imex=imex, imex_origin="a i")
+
+
+@pytest.mark.parametrize(
+    ("allowed", "imex", "ok"),
+    [
+        (None, (), True),  # no channel asked: the entry's devices decide
+        (None, (0,), False),  # an entry without imex_channels covers none
+        ([0, 1], (0,), True),
+        ([0, 1], (0, 2), False),
+        ([0, 1], None, False),  # `all` only by `all`
+        ("all", None, True),
+        ("all", (5,), True),
+    ],
+)
+def test_allow_list_imex_channels(allowed, imex, ok):
+    entry = {"devices": [0]}
+    if allowed is not None:
+        entry["imex_channels"] = allowed
+    assert covers(allowed, imex) == ok
+    request = _request(imex)
+    if ok:
+        check_allowed(request, {}, [entry], [])
+    else:
+        with pytest.raises(OcihookError, match="with IMEX channels .* is not allowed"):
+            check_allowed(request, {}, [entry], [])
+
+
+def test_all_capabilities_leave_out_by_name_ones():
+    available = ["utility", "compute", "gdrcopy", "gds"]
+    by_name = ["gdrcopy", "gds"]
+    assert parse_capabilities("all", "x", available, by_name) == ["utility", "compute"]
+    assert parse_capabilities("all,gds", "x", available, by_name) == ["utility", "compute", "gds"]
+    assert parse_capabilities("gdrcopy", "x", available, by_name) == ["gdrcopy"]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"path": "/dev/gdrdrv"},
+        {"path": "/dev/gdrdrv", "major": "gdrdrv", "misc": "gdrdrv"},
+        {"path": "/etc/gdrdrv", "major": "gdrdrv"},
+    ],
+)
+def test_profile_node_entry_is_validated(entry, tmp_path):
+    """A capability node is under /dev and names its driver: a char major or a misc device."""
+    from ocihook.config import compile_config
+
+    profile = yaml.safe_load((synthetic.PROFILES / "nvidia.yaml").read_text())
+    profile["capabilities"]["gdrcopy"]["nodes"] = [entry]
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"profile": profile}))
+    with pytest.raises(OcihookError, match="capabilities.gdrcopy.nodes.0"):
+        compile_config(str(config))
