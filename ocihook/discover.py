@@ -630,9 +630,11 @@ def _extra_nodes(
     spec = profile["devices"]
     found: list[DeviceNode] = []
     if request.imex != ():
-        from ocihook import imex
+        from ocihook import imexnodes
 
-        found += imex.plan_channels(roots, spec, request.imex, spec["access"], request.imex_origin)
+        found += imexnodes.plan_channels(
+            roots, spec, request.imex, spec["access"], request.imex_origin
+        )
     if any(profile["capabilities"].get(c, {}).get("nodes") for c in capabilities):
         from ocihook import gpudirect
 

@@ -9,7 +9,7 @@ config's request.imex_annotation) or, with request.env, the image env variable
 (`0`, `0,2`, `0-3`). The host's nodes are the only source: a channel without a node (the
 driver makes none unless told to, and nvidia-imex-ctl or udev creates them) is an error,
 never a node made up for the container. Every node is checked to be the char device of
-that major and minor N.
+that major and minor N (imexnodes.py, which reads the host).
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ MAX_REQUEST_LENGTH = 1024
 MAX_CHANNEL = (1 << 20) - 1  # a minor number
 ENV_SUFFIX = "_IMEX_CHANNELS"
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ocihook.plan import DeviceNode
-    from ocihook.roots import Roots
-
 
 def settings(spec: dict) -> dict | None:
     """The IMEX keys of the profile's `devices.nvidia` with defaults; None without one."""
@@ -37,7 +32,7 @@ def settings(spec: dict) -> dict | None:
     return None if own is None else {**DEFAULTS, **own}
 
 
-def _number(text: str) -> int | None:
+def number(text: str) -> int | None:
     if 0 < len(text) <= 7 and text.isascii() and text.isdigit() and int(text) <= MAX_CHANNEL:
         return int(text)
     return None
@@ -58,7 +53,7 @@ def parse_channels(value: str, origin: str) -> tuple[int, ...] | None:
     for raw in text.split(","):
         item = raw.strip()
         first, dash, last = item.partition("-")
-        low, high = _number(first), _number(last if dash else first)
+        low, high = number(first), number(last if dash else first)
         if low is None or high is None or high < low or high - low > 4095:
             raise OcihookError(
                 f"{origin}: invalid IMEX channel list {value!r:.60}: expected 'all', 'none' or "
@@ -95,57 +90,3 @@ def covers(allowed: object, channels: tuple[int, ...] | None) -> bool:
     if channels is None or not isinstance(allowed, list):
         return False
     return set(channels) <= {c for c in allowed if isinstance(c, int)}
-
-
-def plan_channels(
-    roots: Roots, spec: dict, channels: tuple[int, ...] | None, access: str, origin: str
-) -> list[DeviceNode]:
-    """The nodes of the requested channels (None: every channel node of the host), each
-    checked to be the char device (major of imex_major, minor N)."""
-    import os
-
-    from ocihook.devices import device_node
-    from ocihook.procdevices import char_majors
-    from ocihook.roots import host_path
-
-    nvidia = settings(spec)
-    if nvidia is None:
-        raise OcihookError(f"{origin}: IMEX channels: the profile has no NVIDIA devices")
-    pattern = nvidia["imex_node"]
-    parent, name = os.path.split(pattern)
-    prefix, _, suffix = name.partition("{minor}")
-    present = {}
-    for entry in roots.listing(roots.device_fd, parent).entries:
-        digits = entry[len(prefix) : len(entry) - len(suffix)]
-        if entry.startswith(prefix) and entry.endswith(suffix) and _number(digits) is not None:
-            present[int(digits)] = f"{parent}/{entry}"
-    have = ",".join(map(str, sorted(present))) or "none"
-    wanted = sorted(present) if channels is None else list(channels)
-    if not wanted:
-        raise OcihookError(
-            f"{origin}: IMEX channels 'all': the host has no channel nodes "
-            f"({host_path(roots.device_root, parent)}/{prefix}N)"
-        )
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        raise OcihookError(
-            f"{origin}: IMEX channel {','.join(map(str, missing))[:80]} does not exist "
-            f"(the host has: {have[:400]})"
-        )
-    majors = char_majors(roots).get(nvidia["imex_major"], set())
-    if not majors:
-        raise OcihookError(
-            f"{origin}: IMEX channels: {host_path(roots.device_root, '/proc/devices')} has no "
-            f"char major '{nvidia['imex_major']}' (the nvidia driver has no IMEX support loaded)"
-        )
-    nodes = []
-    for channel in wanted:
-        node = device_node(roots, present[channel], None, access)
-        if node is None or node.type != "c" or node.major not in majors or node.minor != channel:
-            where = host_path(roots.device_root, present[channel])
-            raise OcihookError(
-                f"{origin}: IMEX channel {channel}: {where} is not the char device "
-                f"{'/'.join(map(str, sorted(majors)))}:{channel}"
-            )
-        nodes.append(node)
-    return nodes
