@@ -132,7 +132,8 @@ def test_gdrcopy_by_name(direct_host, hook_setup, image_busybox):
         image_busybox,
         ["/bin/sh", "-c", _script(["/dev/gdrdrv", "/dev/nvidia-fs0"])],
         devices="0",
-        extra=["--annotation", f"{CAPS}=gdrcopy", *_bind(host, ["/dev/nvidia-fs0"])],
+        # a list in one annotation: quoted for podman before 4.4, which splits at commas
+        extra=["--annotation", f'"{CAPS}=utility,gdrcopy"', *_bind(host, ["/dev/nvidia-fs0"])],
     )
     _check(result, host, ["/dev/gdrdrv"], ["/dev/nvidia-fs0"])
 
