@@ -44,6 +44,11 @@ def plan_nodes(roots: Roots, entries: list[tuple[str, dict]], access: str) -> li
     for capability, entry in entries:
         pattern = entry["path"]
         parent, name = os.path.split(pattern)
+        if is_glob(parent):
+            raise OcihookError(
+                f"profile: capability {capability}: glob characters only in the last "
+                f"component: {pattern}"
+            )
         paths = [f"{parent}/{n}" for n in roots.listing(roots.device_fd, parent).match(name)]
         if "major" in entry:
             majors = char_majors(roots) if majors is None else majors

@@ -43,6 +43,12 @@ def lookup():
         ("/dev/nvidiactl", CHR, "ocihook_device_t"),
         ("/dev/nvidia-uvm", CHR, "ocihook_device_t"),
         ("/dev/nvidia-uvm-tools", CHR, "ocihook_device_t"),
+        ("/dev/nvidia-caps-imex-channels/channel0", CHR, "ocihook_device_t"),  # IMEX
+        ("/dev/nvidia-caps-imex-channels/channel2047", CHR, "ocihook_device_t"),
+        ("/dev/nvidia-fs0", CHR, "ocihook_device_t"),  # GPUDirect Storage
+        ("/dev/nvidia-fs15", CHR, "ocihook_device_t"),
+        ("/dev/gdrdrv", CHR, "ocihook_device_t"),  # GDRCopy
+        ("/dev/gdrdrvx", CHR, "device_t"),  # exact: no other node is ours
         ("/dev/synth0", CHR, "ocihook_device_t"),
         ("/dev/synthctl", CHR, "ocihook_device_t"),
         ("/dev/nvidia-modeset", CHR, "xserver_misc_device_t"),  # refpolicy's, untouched
