@@ -17,6 +17,7 @@ import pytest
 
 from ocihook.config import compile_config
 from ocihook.devices import available_devices
+from ocihook.errors import OcihookError
 from ocihook.roots import Roots
 from tests.support import golden, nvidia_mig
 from tests.test_nvidia_mig import GOLDEN, REPO, one_line_error, plan, setup, stable, stable_spec
@@ -174,3 +175,34 @@ def test_without_information_files_or_nvml_the_node_numbers(tmp_path):
     shutil.rmtree(host.root / "proc/driver/nvidia/gpus")
     for index in range(4):
         assert gpu_nodes(plan(config, str(index))) == [f"/dev/nvidia{index}"]
+
+
+@pytest.mark.parametrize(
+    ("request_text", "reads"),
+    [("all", False), ("nvidia3", False), ("none", False), ("0", True), ("0000:8a:00.0", True)],
+)
+def test_the_information_files_are_read_only_for_a_request_that_needs_the_order(
+    request_text, reads, tmp_path
+):
+    """The hook's path (devices.choose without describe): a request for all or by node name
+    selects by the nodes alone; one by index or address reads the files (here one that the
+    driver would never write, so reading it is an error)."""
+    from ocihook.devices import choose
+    from ocihook.request import parse_request
+
+    config, host = setup(tmp_path, layout=REORDERED)
+    info = host.root / "proc/driver/nvidia/gpus" / REORDERED[1].address / "information"
+    info.write_text("Device Minor: \t none\n")
+    compiled, _ = compile_config(str(config))
+    spec = compiled["profile"]["devices"]
+    with Roots(compiled["source_root"], compiled["device_root"]) as roots:
+        request = parse_request(request_text, "test")
+        if reads:
+            with pytest.raises(OcihookError, match="no valid 'Device Minor:' line"):
+                choose(roots, spec, request)
+            return
+        chosen = choose(roots, spec, request)
+    selected = [chosen.available[key] for key in chosen.selection.indices]
+    assert all(d.index is None and d.address is None for d in selected)
+    wanted = {"all": [0, 1, 2, 3], "nvidia3": [3], "none": []}[request_text]
+    assert [d.number for d in selected] == wanted
