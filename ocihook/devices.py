@@ -11,7 +11,9 @@ A profile's `devices` section names per-device node patterns in one of two style
   the entries of `sys/class/<class>` under the device root whose name matches a pattern
   and whose device is bound to one of the profile's kernel `drivers`. Entries of the same
   (PCI) device are one device with several nodes; index N is the N-th such device in PCI
-  address order, so a BMC's display (`card0` on ast) never shifts an accelerator's index.
+  address order, so a BMC's display (`card0` on ast) never shifts an accelerator's index,
+  or with `sysfs.index: number` the kernel's number of its first node (`accel3`: 3, as
+  Habana's runtime reads HABANA_VISIBLE_DEVICES).
 
 Only links are read (one in-root resolution of `<entry>/device` and one readlink of its
 `driver` per entry): no uevent parsing, no subprocess. Majors and minors come from the
@@ -272,12 +274,20 @@ def _sysfs_devices(roots: Roots, sysfs: dict, patterns: list[str]) -> dict[int, 
                     )
                 break
     order = sorted(nodes, key=lambda a: (not _is_pci_address(a), a))
-    return {
-        index: Device(
-            index, address, drivers[address], [p for *_, p in sorted(nodes[address])], None, None
+    devices = {}
+    for position, address in enumerate(order):
+        entries = sorted(nodes[address])
+        # `index: number`: the kernel's number of the device's first node (Habana's tools
+        # number cards by accelN); else the position in PCI address order
+        index = entries[0][1] if sysfs.get("index") == "number" else position
+        if index in devices:
+            raise OcihookError(
+                f"sysfs: devices {devices[index].address} and {address} both have number {index}"
+            )
+        devices[index] = Device(
+            index, address, drivers[address], [p for *_, p in entries], None, entries[0][1]
         )
-        for index, address in enumerate(order)
-    }
+    return dict(sorted(devices.items()))
 
 
 def device_node(roots: Roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
