@@ -2,13 +2,18 @@
 
 A profile's `devices` section names per-device node patterns in one of two styles:
 
-- `{index}` patterns (`/dev/nvidia{index}`): the device's index is the number in the
-  node's name; every pattern that exists for that number is one of its nodes;
+- `{index}` patterns (`/dev/nvidia{index}`): a device per number in the first pattern's
+  node names; every pattern that exists for that number is one of its nodes. The index is
+  that number, but for NVIDIA (`devices.nvidia`): there index N is the N-th GPU in PCI bus
+  order of the driver's information files (NVML's, nvidia-smi's and CUDA's numbering;
+  nvidia.number_gpus), whatever minor its node has, read only when a request needs it;
 - `{n}` patterns with `sysfs` (`/dev/dri/card{n}`, `/dev/dri/renderD{n}`): the devices are
   the entries of `sys/class/<class>` under the device root whose name matches a pattern
   and whose device is bound to one of the profile's kernel `drivers`. Entries of the same
   (PCI) device are one device with several nodes; index N is the N-th such device in PCI
-  address order, so a BMC's display (`card0` on ast) never shifts an accelerator's index.
+  address order, so a BMC's display (`card0` on ast) never shifts an accelerator's index,
+  or with `sysfs.index: number` the kernel's number of its first node (`accel3`: 3, as
+  Habana's runtime reads HABANA_VISIBLE_DEVICES).
 
 Only links are read (one in-root resolution of `<entry>/device` and one readlink of its
 `driver` per entry): no uevent parsing, no subprocess. Majors and minors come from the
@@ -38,13 +43,20 @@ class Device(Struct):
     """One device: its index, its bus address (PCI, when sysfs or the driver's files say),
     driver, nodes and UUID (NVIDIA's, when read)."""
 
-    __slots__ = ("index", "address", "driver", "nodes", "uuid")
-    _defaults = {"uuid": None}
-    index: int
+    __slots__ = ("index", "address", "driver", "nodes", "uuid", "number")
+    _defaults = {"uuid": None, "number": None}
+    index: int | None  # None: NVIDIA's order not read (a request for all, or by node name)
     address: str | None  # "0000:c1:00.0"; None when neither sysfs nor the driver says
     driver: str | None  # the kernel driver bound to it ("amdgpu"), None if unknown
     nodes: list[str]  # in-root paths of its nodes under the device root
     uuid: str | None  # "GPU-8d2f...": NVIDIA's (devices.nvidia), None if not read or none
+    number: int | None  # the number in its nodes' names ({index} patterns: NVIDIA's minor)
+
+    def to_dict(self) -> dict:
+        """The plan's view: the node number is in the nodes' names already."""
+        data = super().to_dict()
+        del data["number"]
+        return data
 
 
 class Chosen(Struct):
@@ -90,24 +102,33 @@ def node_patterns(spec: dict) -> list[str]:
     return patterns
 
 
-def available_devices(roots: Roots, spec: dict, identify: bool = False) -> dict[int, Device]:
-    """index -> Device for every device of the profile's kind present under the device root;
-    with `identify`, NVIDIA devices (devices.nvidia) get their PCI address and UUID from the
-    driver's files (read only then: requests by index or node name never pay for them)."""
+def available_devices(
+    roots: Roots,
+    spec: dict,
+    identify: bool = False,
+    numbered: bool = True,
+    names: object = None,
+) -> dict[int, Device]:
+    """index -> Device for every device of the profile's kind present under the device root.
+    NVIDIA (devices.nvidia): `numbered` or `identify` read the driver's information files
+    (NVML, `names`, where they are absent) for the GPUs' order, PCI addresses and UUIDs;
+    else the devices are keyed by their nodes' numbers with index None (a request for all
+    or by node name needs no order)."""
     patterns = node_patterns(spec)
     if not patterns:
         return {}
     if spec.get("sysfs"):
         return _sysfs_devices(roots, spec["sysfs"], patterns)
     found = _indexed_devices(roots, patterns)
-    if identify and spec.get("nvidia") is not None:
-        from ocihook import nvidia
+    if spec.get("nvidia") is None:
+        return found
+    if not (numbered or identify):
+        for device in found.values():
+            device.index = None
+        return found
+    from ocihook import nvidia
 
-        for minor, info in nvidia.read_gpus(roots, nvidia.settings(spec)).items():
-            device = found.get(minor)
-            if device is not None:
-                device.address, device.driver, device.uuid = info.address, "nvidia", info.uuid
-    return found
+    return nvidia.number_gpus(roots, nvidia.settings(spec), found, names)
 
 
 def choose(
@@ -119,11 +140,11 @@ def choose(
     describe: str | None = None,
 ) -> Chosen:
     """The devices `request` selects. NVIDIA's names come from the driver's files and NVML
-    only when needed: a GPU UUID the files do not show, a MIG device (nvidia.Names). With
+    only when needed: the GPUs' order for a request by index (the files; NVML where there
+    are none), a GPU UUID the files do not show, a MIG device (nvidia.Names). With
     `describe` ("plan": best effort, what NVML could not tell is a warning; "strict": an
     error), every device's address and UUID and every MIG device of the host are read too,
     for the read-only commands (`ocihook plan`, `cdi generate`)."""
-    available = available_devices(roots, spec, bool(describe) or request.needs_identity)
     warnings: list[str] = []
     mig_devices: list = []
     names = None
@@ -131,6 +152,13 @@ def choose(
         from ocihook import nvidia
 
         names = nvidia.Names(roots, spec, nvml_dirs, version)
+    numbered = bool(describe or request.indices or request.needs_mig)
+    available = available_devices(
+        roots, spec, bool(describe) or request.needs_identity, numbered, names
+    )
+    if names is not None:
+        from ocihook import nvidia
+
         wanted = [n for n in request.names if name_kind(n) == "gpu-uuid"]
         known = {d.uuid for d in available.values()}
         unknown = [d for d in available.values() if d.uuid is None]
@@ -150,7 +178,10 @@ def choose(
                     raise
                 warnings.append(f"GPU UUIDs not read: {error}")
         if request.needs_mig or (
-            describe and nvidia.host_has_mig(roots, names.nvidia, sorted(available))
+            describe
+            and nvidia.host_has_mig(
+                roots, names.nvidia, sorted(d.number for d in available.values())
+            )
         ):
             try:
                 mig_devices = names.mig_devices(available)
@@ -173,7 +204,8 @@ def _has_gpu_files(roots: Roots, spec: dict) -> bool:
 
 
 def _indexed_devices(roots: Roots, patterns: list[str]) -> dict[int, Device]:
-    """`{index}` style: the first pattern says which indices exist, the others add nodes."""
+    """`{index}` style: the first pattern says which numbers exist, the others add nodes;
+    number -> Device (index: the number)."""
     devices: dict[int, Device] = {}
     for position, pattern in enumerate(patterns):
         parent, prefix, suffix = _split(pattern, "{index}")
@@ -185,7 +217,7 @@ def _indexed_devices(roots: Roots, patterns: list[str]) -> dict[int, Device]:
             if index not in devices:
                 if position:
                     continue  # only the first pattern makes a device exist
-                devices[index] = Device(index, None, None, [], None)
+                devices[index] = Device(index, None, None, [], None, index)
             devices[index].nodes.append(f"{parent}/{entry}")
     return devices
 
@@ -242,12 +274,20 @@ def _sysfs_devices(roots: Roots, sysfs: dict, patterns: list[str]) -> dict[int, 
                     )
                 break
     order = sorted(nodes, key=lambda a: (not _is_pci_address(a), a))
-    return {
-        index: Device(
-            index, address, drivers[address], [p for *_, p in sorted(nodes[address])], None
+    devices = {}
+    for position, address in enumerate(order):
+        entries = sorted(nodes[address])
+        # `index: number`: the kernel's number of the device's first node (Habana's tools
+        # number cards by accelN); else the position in PCI address order
+        index = entries[0][1] if sysfs.get("index") == "number" else position
+        if index in devices:
+            raise OcihookError(
+                f"sysfs: devices {devices[index].address} and {address} both have number {index}"
+            )
+        devices[index] = Device(
+            index, address, drivers[address], [p for *_, p in entries], None, entries[0][1]
         )
-        for index, address in enumerate(order)
-    }
+    return dict(sorted(devices.items()))
 
 
 def device_node(roots: Roots, inner: str, index: int | None, access: str) -> DeviceNode | None:
@@ -286,21 +326,21 @@ def plan_nodes(
     `extra_control`: those of the selected driver capabilities)."""
     nodes: dict[str, DeviceNode] = {}
 
-    def add_device(index: int) -> None:
-        for path in available[index].nodes:
+    def add_device(device: Device) -> None:
+        for path in device.nodes:
             if path in nodes:
                 continue
-            node = device_node(roots, path, index, spec["access"])
+            node = device_node(roots, path, device.index, spec["access"])
             if node is None:
                 raise OcihookError(
-                    f"device {index}: node {host_path(roots.device_root, path)} not found"
+                    f"device {device.index}: node {host_path(roots.device_root, path)} not found"
                 )
             nodes[path] = node
 
-    for index in selection.indices:
-        add_device(index)
+    for key in selection.indices:
+        add_device(available[key])
     for mig in selection.mig:
-        add_device(mig.index)
+        add_device(available[mig.index])
         for node in mig.caps:
             nodes.setdefault(node.path, node)
     listed = list(nodes.values())

@@ -187,11 +187,16 @@ class _LibraryFinder:
         return moved + [c for c in newer if c.name not in names]
 
     def _candidates_in(self, listing: Listing, directory: str, pattern: str) -> list[_Candidate]:
+        """The candidates of one listed dir. Each file is named by its canonical in-root
+        path (the dir as the kernel resolved it, then the name): through a symlinked dir
+        (Arch's /usr/lib64 -> lib) a file and the soname link beside it are one file, not
+        two."""
         found = []
+        here = in_root(self.roots.source_real, listing.real) if listing.real else directory
         for name in _match(listing, pattern):
             mode = listing.entries[name].st_mode
             if stat.S_ISREG(mode):
-                found.append(_Candidate(name, f"{directory}/{name}", False, False))
+                found.append(_Candidate(name, f"{here.rstrip('/')}/{name}", False, False))
             elif stat.S_ISLNK(mode):
                 sibling = listing.sibling_file(name)
                 if sibling is not None:  # the common soname link: no resolution needed

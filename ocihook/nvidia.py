@@ -2,10 +2,14 @@
 files under the device root, by fd, and from NVML only where those files cannot tell.
 
 - GPUs: `/proc/driver/nvidia/gpus/<PCI address>/information` has `GPU UUID:` and
-  `Device Minor:` (the N of /dev/nvidiaN, ocihook's index). The driver prints a UUID only
-  when it can read it (else no line, or `GPU-????????-...` before the GPU is
-  initialized): then, and only when a request names a UUID that no file shows, NVML is
-  asked (nvml.py).
+  `Device Minor:` (the N of /dev/nvidiaN). A GPU's index is its position in PCI bus
+  order of these files (number_gpus): NVML's, nvidia-smi's, CUDA's and NVIDIA's toolkit's
+  numbering, which the minors need not follow (a GPU re-plugged, a driver reloaded); a
+  GPU the driver excludes (`GPU Excluded: Yes`, NVreg_ExcludedGpus) has none, as NVML
+  lists it not. Where the driver lists no GPU there, NVML's index is asked (only when a
+  request needs the order). The driver prints a UUID only when it can read it (else no
+  line, or `GPU-????????-...` before the GPU is initialized): then, and only when a
+  request names a UUID that no file shows, NVML is asked (nvml.py).
 - MIG devices: NVML names them (`MIG-<uuid>`, and `GPU:index` pairs: NVML's GPU index and
   the MIG device's index in NVML's order) and gives their GPU instance (GI) and compute
   instance (CI) ids. The driver's capability files give each instance's node:
@@ -53,15 +57,17 @@ class GpuFile(Struct):
     """What a GPU's information file says: its PCI address, minor and UUID (None: the
     driver shows none)."""
 
-    __slots__ = ("address", "minor", "uuid")
+    __slots__ = ("address", "minor", "uuid", "excluded")
     address: str
     minor: int
     uuid: str | None
+    excluded: bool  # `GPU Excluded: Yes`: NVML (and so CUDA, nvidia-smi) does not list it
 
 
 class MigDevice(Struct):
-    """One MIG device: `name` "G:M" (NVML's GPU index, the MIG device's index on it), its
-    UUID (MIG-...), `index` (the GPU's: the minor of its /dev/nvidiaN), the GI and CI ids,
+    """One MIG device: `name` "G:M" (its GPU's index, NVIDIA's numbering as for a plain
+    index; the MIG device's index on it in NVML's order), its UUID (MIG-...), `index` (the
+    GPU's), the GI and CI ids,
     `nodes` (in-root paths: the GPU's nodes, then the GI's and the CI's cap node) and
     `caps` (those two cap nodes, described)."""
 
@@ -128,8 +134,43 @@ def read_gpus(roots: Roots, nvidia: dict) -> dict[int, GpuFile]:
         if minor is None:
             where = host_path(roots.device_root, f"{directory}/{name}/information")
             raise OcihookError(f"{where}: no valid 'Device Minor:' line")
-        found[minor] = GpuFile(name, minor, uuid_name(fields.get("GPU UUID", ""), GPU_PREFIX))
+        uuid = uuid_name(fields.get("GPU UUID", ""), GPU_PREFIX)
+        excluded = fields.get("GPU Excluded", "").lower() == "yes"
+        found[minor] = GpuFile(name, minor, uuid, excluded)
     return found
+
+
+def number_gpus(roots: Roots, nvidia: dict, found: dict, names: Names | None) -> dict:
+    """index -> devices.Device in NVIDIA's numbering, from `found` (node number -> Device):
+    index N is the N-th GPU in PCI bus order of the information files (its address, UUID
+    and driver set from there); a node no file names is no GPU of the driver, a GPU without
+    a node keeps its index (nothing to inject: a request for it fails). Without files:
+    NVML's index (`names`: asked in its child). Neither tells (no kernel module loaded: no
+    GPU would work anyway): the node numbers."""
+    files = read_gpus(roots, nvidia)
+    numbered: dict = {}
+    if files:
+        listed = sorted((g for g in files.values() if not g.excluded), key=lambda g: g.address)
+        for index, info in enumerate(listed):
+            device = found.get(info.minor)
+            if device is not None:
+                device.index, device.address, device.driver = index, info.address, "nvidia"
+                device.uuid = info.uuid
+                numbered[index] = device
+        return numbered
+    if names is None:
+        return found
+    try:
+        gpus = names.nvml()
+    except OcihookError:
+        return found
+    for gpu in gpus:
+        device = found.get(gpu.minor)
+        if device is not None:
+            device.index, device.driver = gpu.index, "nvidia"
+            device.uuid = device.uuid or gpu.uuid
+            numbered[gpu.index] = device
+    return numbered
 
 
 def caps_major(roots: Roots, nvidia: dict) -> int:
@@ -232,17 +273,24 @@ class Names:
         self.nvml_dirs = nvml_dirs
         self.version = version
         self._gpus: list | None = None
+        self._error: OcihookError | None = None
 
     def nvml(self) -> list:
-        """nvml.GpuInfo of every GPU (asked once)."""
+        """nvml.GpuInfo of every GPU (asked once; a failure is raised again, not retried)."""
+        if self._error is not None:
+            raise self._error
         if self._gpus is None:
             from ocihook import nvml
 
-            fd, where = self._open_library()
             try:
-                self._gpus = nvml.query(fd, float(self.nvidia["nvml_timeout"]), where)
-            finally:
-                os.close(fd)
+                fd, where = self._open_library()
+                try:
+                    self._gpus = nvml.query(fd, float(self.nvidia["nvml_timeout"]), where)
+                finally:
+                    os.close(fd)
+            except OcihookError as error:
+                self._error = error
+                raise
         return self._gpus
 
     def _open_library(self) -> tuple[int, str]:
@@ -270,8 +318,8 @@ class Names:
     def fill_uuids(self, available: dict) -> None:
         """Set the UUID of every device whose information file showed none, from NVML."""
         by_minor = {gpu.minor: gpu for gpu in self.nvml()}
-        for index, device in available.items():
-            gpu = by_minor.get(index)
+        for device in available.values():
+            gpu = by_minor.get(device.number)
             if device.uuid is None and gpu is not None and gpu.uuid:
                 device.uuid = gpu.uuid
 
@@ -285,10 +333,12 @@ class Names:
         management = management_minors(roots, nvidia)
         access = self.spec["access"]
         found = []
+        by_minor = {device.number: device for device in available.values()}
         for gpu in gpus:
-            parent = available.get(gpu.minor)
+            parent = by_minor.get(gpu.minor)
             for mig in gpu.mig:
-                name = f"{gpu.index}:{mig.index}"
+                # G: the GPU's index, the plain index's numbering (NVML's: PCI bus order)
+                name = f"{gpu.index if parent is None else parent.index}:{mig.index}"
                 if parent is None:
                     raise OcihookError(
                         f"MIG device {name}: NVML puts it on the GPU of minor {gpu.minor}, "

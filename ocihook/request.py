@@ -151,12 +151,15 @@ def _listing(available: dict, kind: str = "node") -> str:
     for index in sorted(available):
         device = available[index]
         if kind == "gpu-uuid":
-            items.append(f"{index} {device.uuid or '(UUID unknown)'}")
+            items.append(f"{device.index} {device.uuid or '(UUID unknown)'}")
             continue
         words = [w for w in (device.address, device.uuid) if w] + [
             path.rsplit("/", 1)[-1] for path in device.nodes
         ]
-        items.append(f"{index} ({' '.join(words)})" if words else str(index))
+        if device.index is None:  # NVIDIA's order not read: the nodes say which
+            items.append(" ".join(words))
+            continue
+        items.append(f"{device.index} ({' '.join(words)})" if words else str(device.index))
     return ", ".join(items) or "none"
 
 

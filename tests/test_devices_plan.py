@@ -130,19 +130,18 @@ def test_selection_errors_name_what_exists(tmp_path, request_, message):
 
 @pytest.mark.root
 def test_gaudi_both_naming_schemes_same_indices(tmp_path):
-    """Eight cards: index N is the same PCI device whichever node names the driver uses."""
+    """Eight cards numbered out of PCI order: index N is the card of accelN (hlN), as
+    Habana's runtime reads HABANA_VISIBLE_DEVICES=N, whichever node names the driver uses."""
     accel, _ = write_config(tmp_path, "gaudi-accel")
     legacy, _ = write_config(tmp_path, "gaudi-legacy")
     new, old = indices(accel), indices(legacy)
     assert len(new) == len(old) == 8
-    addresses = sorted(fake_hosts.GAUDI_PCI)
-    for index in range(8):
-        number = fake_hosts.GAUDI_PCI.index(addresses[index])
-        assert new[index] == (
-            addresses[index],
+    for number, address in enumerate(fake_hosts.GAUDI_PCI):
+        assert new[number] == (
+            address,
             [f"/dev/accel/accel{number}", f"/dev/accel/accel_controlD{number}"],
         )
-        assert old[index] == (addresses[index], [f"/dev/hl{number}", f"/dev/hl_controlD{number}"])
+        assert old[number] == (address, [f"/dev/hl{number}", f"/dev/hl_controlD{number}"])
     assert sorted(indices(accel, "accel_controlD5")) == sorted(indices(legacy, "hl5"))
 
 

@@ -254,3 +254,62 @@ def test_cdi_gpu_by_uuid(mig_host, hook_setup, cdi_kind, image_busybox):
         "/dev/nvidiactl",
     }
     assert not any("nvidia-caps" in p for p in _vendor_nodes(result.stdout))
+
+
+# -- NVIDIA's numbering: index 0 is the first GPU in PCI order, whatever its minor -----------
+
+
+@pytest.fixture
+def reordered_host(hook_setup, tmp_path_factory, synth_root):
+    """The stand-in host whose GPUs' minors run 2, 1, 3, 0 in PCI bus order
+    (nvidia_mig.REORDERED): GPU 0 (0000:1b:00.0) has /dev/nvidia2."""
+    nvidia_mig.check_majors_unused()
+    host = nvidia_mig.build(tmp_path_factory.mktemp("order") / "root", nvidia_mig.REORDERED)
+    host.root.chmod(0o755)
+
+    def configure(**overrides) -> nvidia_mig.MigHost:
+        settings = base_config(hook_setup.dir, synth_root, profile="nvidia", **overrides)
+        settings["source_root"] = settings["device_root"] = str(host.root)
+        settings["ldconfig"] = {"enabled": False}
+        hook_setup.write_config(**settings)
+        return host
+
+    return configure
+
+
+@pytest.mark.parametrize("path", ["annotation", "env", "allow-list", "cdi"])
+def test_index_0_opens_the_first_gpu_in_pci_order(
+    path, reordered_host, hook_setup, cdi_kind, image_busybox
+):
+    """Index 0 by the annotation, NVIDIA_VISIBLE_DEVICES (request.env), an allow-list
+    entry naming 0, and CDI's nvidia.com/...=0: the container opens /dev/nvidia2 (ENXIO:
+    allowed, no driver); the three other GPUs' nodes, bound in by podman, get EPERM from
+    the device cgroup."""
+    own, others = "/dev/nvidia2", ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia3"]
+    command = ["/bin/sh", "-c", _script([own, *others])]
+    if path == "annotation":
+        host = reordered_host()
+        result = hook_setup.run(image_busybox, command, devices="0", extra=_bind(host, others))
+    elif path == "env":
+        host = reordered_host(request={"env": True})
+        hook_setup.gate_always()
+        extra = ["-e", "NVIDIA_VISIBLE_DEVICES=0", *_bind(host, others)]
+        result = hook_setup.run(image_busybox, command, extra=extra)
+    elif path == "allow-list":
+        allow = [{"annotations": {"^tenant$": "^a$"}, "devices": [0]}]
+        host = reordered_host(request={"allow": allow, "trusted_annotations": ["tenant"]})
+        extra = ["--annotation", "tenant=a", *_bind(host, others)]
+        result = hook_setup.run(image_busybox, command, devices="0", extra=extra)
+    else:
+        host = reordered_host()
+        _install_spec(hook_setup, cdi_kind)
+        extra = ["--device", f"{cdi_kind[0]}=0", *_bind(host, others)]
+        result = podman.run(image_busybox, command, extra=extra)
+    assert result.returncode == 0, result.stderr
+    assert _outcome(result.stdout, own).endswith(ENXIO), result.stdout
+    for other in others:
+        assert _outcome(result.stdout, other).endswith(EPERM), result.stdout
+    if path != "cdi":
+        (record,) = hook_setup.records()
+        indices = {d["path"]: d["index"] for d in json.loads(record.read_text())["devices"]}
+        assert indices[own] == 0 and not set(others) & set(indices)

@@ -40,12 +40,12 @@ CASES = {
     "gaudi-accel": (
         "0-1",  # (podman 4's --annotation splits values at commas: a range, not a list)
         {
-            "/dev/accel/accel1": ENXIO,  # index 0 is 0000:19:00.0, which the driver numbered 1
+            "/dev/accel/accel0": ENXIO,  # index 0 is accel0 (0000:43:00.0), Habana's numbering
+            "/dev/accel/accel_controlD0": ENXIO,
+            "/dev/accel/accel1": ENXIO,  # index 1 is accel1 (0000:19:00.0, first in PCI order)
             "/dev/accel/accel_controlD1": ENXIO,
-            "/dev/accel/accel3": ENXIO,  # index 1 is 0000:1a:00.0, numbered 3
-            "/dev/accel/accel_controlD3": ENXIO,
         },
-        "/dev/accel/accel0",
+        "/dev/accel/accel2",
     ),
     "gaudi-legacy": (
         "0000:19:00.0",

@@ -59,6 +59,7 @@ GOLDEN_ARGS = {
     "legacy-tls": ["--capabilities", "all", "--lib-dir", MULTI],
     "biarch-conf": ["--capabilities", "compute,utility,compat32", "--lib-dir", MULTI],
     "runfile": ["--lib-dir", "/usr/lib64"],
+    "arch": ["--capabilities", "compute,utility,compat32", "--lib-dir", "/usr/lib"],
 }
 # layout -> config settings for its golden
 GOLDEN_CONFIG = {"mps": {"variables": {"CUDA_MPS_PIPE_DIRECTORY": hosts.MPS_PIPE_DIR}}}
@@ -288,3 +289,42 @@ def test_fifo_as_ld_cache_is_refused_at_once(tmp_path):
     result = plan(root, tmp=tmp_path)
     assert result.returncode == 1
     assert result.stderr == f"ocihook: source {root}/etc/ld.so.cache: not a regular file\n"
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["no-ld-cache", "ld-cache"])
+def test_arch_lib64_symlink_one_file_each(cache, tmp_path):
+    """Arch's /usr/lib64 -> lib: a library reached through the symlinked folder and its
+    soname link beside it are one file (its canonical path), mounted once, with no warning
+    that its link points to itself."""
+    root = hosts.arch(tmp_path / "host", cache=cache)
+    data = plan_json(root, "--lib-dir", "/usr/lib", tmp=tmp_path)
+    v = hosts.VERSION
+    sources = [m["source"] for m in data["mounts"]]
+    assert f"/usr/lib/libnvidia-ml.so.{v}" in sources
+    assert f"/usr/lib/libcuda.so.{v}" in sources
+    assert not any(s.startswith("/usr/lib64/") for s in sources), sources
+    assert len(sources) == len(set(sources))
+    assert data["warnings"] == []
+    assert {"target": "/usr/lib/libnvidia-ml.so.1", "points_to": f"libnvidia-ml.so.{v}"} in (
+        data["links"]
+    )
+
+
+def test_arch_soname_link_to_another_file_still_warns(tmp_path):
+    """The same layout where libnvidia-ml.so.1 really points to another (older) file: the
+    warning stays, naming both files."""
+    root = hosts.arch(tmp_path / "host")
+    lib = root / "usr/lib"
+    (lib / f"libnvidia-ml.so.{hosts.OLD}").write_bytes(
+        hosts.library("libnvidia-ml.so.1", 64, "old copy")
+    )
+    (lib / "libnvidia-ml.so.1").unlink()
+    os.symlink(f"libnvidia-ml.so.{hosts.OLD}", lib / "libnvidia-ml.so.1")
+    data = plan_json(root, "--lib-dir", "/usr/lib", tmp=tmp_path)
+    assert data["warnings"] == [
+        f"{root}/usr/lib64/libnvidia-ml.so.1 points to libnvidia-ml.so.{hosts.OLD}: "
+        f"the container's to libnvidia-ml.so.{hosts.VERSION}"
+    ]
+    sources = [m["source"] for m in data["mounts"]]
+    assert f"/usr/lib/libnvidia-ml.so.{hosts.VERSION}" in sources
+    assert not any(hosts.OLD in s for s in sources)

@@ -397,6 +397,30 @@ def runfile(root: Path) -> Path:
     return t.finish(cache=None)
 
 
+def arch(root: Path, cache: bool = False) -> Path:
+    """Arch Linux's merged layout (the filesystem package: /usr/lib64 -> lib, /lib and
+    /lib64 -> usr/lib, /usr/sbin -> bin) with nvidia-utils in /usr/lib and
+    lib32-nvidia-utils in /usr/lib32. Without `cache` a driver volume that never ran
+    ldconfig: the profile's library_dirs find the driver, /usr/lib64 first, so every file
+    is reached through the symlinked folder, beside soname links that name it plainly."""
+    t = Tree(root)
+    for directory in ("/usr/lib", "/usr/lib32", "/usr/bin"):
+        t.path(directory).mkdir(parents=True, exist_ok=True)
+    t.link("/usr/lib64", "lib")
+    t.link("/usr/sbin", "bin")
+    for top in ("lib", "lib64"):
+        t.link(f"/{top}", "usr/lib")
+    t.link("/bin", "usr/bin")
+    t.system_libraries("/usr/lib")
+    t.libraries("/usr/lib", {**UTILITY, **COMPUTE}, cache=cache)
+    t.libraries("/usr/lib32", {"libcuda.so": "1", "libnvidia-ml.so": "1"}, bits=32, cache=cache)
+    t.binaries("/usr/bin", ("nvidia-smi", "nvidia-persistenced"))
+    t.firmware("/usr/lib/firmware")
+    t.kernel(VERSION)
+    t.devices()
+    return t.finish(cache="/etc/ld.so.cache" if cache else None)
+
+
 LAYOUTS = {
     "ubuntu": ubuntu,
     "rhel": rhel,
@@ -408,4 +432,5 @@ LAYOUTS = {
     "legacy-tls": legacy_tls,
     "biarch-conf": biarch_conf,
     "runfile": runfile,
+    "arch": arch,
 }

@@ -69,6 +69,30 @@ GPU0 = Gpu(
 )
 GPU1 = Gpu("0000:86:00.0", 1, "GPU-86f0e1d2-c3b4-4a59-8876-5f4e3d2c1b0a", None)
 LAYOUT = (GPU0, GPU1)
+
+# Four GPUs whose minors run 2, 1, 3, 0 in PCI bus order (as after a driver reload or a GPU
+# re-plugged): NVML, nvidia-smi and CUDA call the GPU at 0000:1b:00.0 GPU 0; its node is
+# /dev/nvidia2. MIG on GPUs 0 and 2, so that `0:0` and `2:0` must land on nvidia2 and
+# nvidia3. A numbering by minor would hand index 0 the GPU at 0000:b2:00.0.
+REORDERED = (
+    Gpu(
+        "0000:1b:00.0",
+        2,
+        "GPU-1b2c3d4e-0a1b-4c2d-8e3f-1a2b3c4d5e6f",
+        (Mig(0, "MIG-1b0c0d0e-1a2b-5c3d-9e4f-0a1b2c3d4e5f", 1, 0),),
+    ),
+    Gpu("0000:3d:00.0", 1, "GPU-3d4e5f60-1b2c-4d3e-9f40-2b3c4d5e6f70", None),
+    Gpu(
+        "0000:8a:00.0",
+        3,
+        "GPU-8a9bacbd-2c3d-4e4f-a051-3c4d5e6f7081",
+        (Mig(0, "MIG-8a0b0c0d-2b3c-5d4e-8f50-1b2c3d4e5f60", 2, 0),),
+    ),
+    Gpu("0000:b2:00.0", 0, "GPU-b2c3d4e5-3d4e-4f50-8162-4d5e6f708192", None),
+)
+# The same host with the GPU of minor 1 gone from the middle (fallen off the bus: no file,
+# no node): the others are GPUs 0, 1, 2 in PCI order, as NVML numbers them.
+MIDDLE_GONE = (REORDERED[0], REORDERED[2], REORDERED[3])
 # cap file (under capabilities/) -> its DeviceFileMode, in the order cap nodes take devices
 CAP_MODES = {"mig/config": 0o400, "mig/monitor": 0o444}
 INSTANCE_MODE = 0o444
@@ -143,6 +167,20 @@ class MigHost:
         return [self.cap_node(f"{base}/access"), self.cap_node(f"{base}/ci{mig.ci}/access")]
 
 
+def gpu_nodes(root: Path, layout: tuple[Gpu, ...]) -> None:
+    """/dev/nvidia<minor> (major 195, as hosts.py's) for exactly the layout's GPUs."""
+    dev = root / "dev"
+    minors = {gpu.minor for gpu in layout}
+    for node in dev.glob("nvidia[0-9]*"):
+        if int(node.name[len("nvidia") :]) not in minors:
+            node.unlink()
+    for minor in sorted(minors):
+        node = dev / f"nvidia{minor}"
+        if not node.exists():
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+            node.chmod(0o666)
+
+
 def check_majors_unused() -> None:
     """The stand-in GPU nodes' majors (195, and nvidia-uvm's 510) belong to no driver of
     this machine: opening them must fail with ENXIO, never reach a real device."""
@@ -164,6 +202,7 @@ def build(
     nodes and the stand-in NVML (`nvml`: answer, hang, fail or probe: write the child's
     /proc/self/status to `probe`); `proc_uuids=False` leaves the UUID lines out."""
     hosts.ubuntu(root)
+    gpu_nodes(root, layout)
     library = root / LIBRARY_DIR / f"libnvidia-ml.so.{hosts.VERSION}"
     shutil.copyfile(standin_library(layout, nvml, probe), library)
     library.chmod(0o755)
