@@ -63,6 +63,7 @@ LAYERS = {
         "ocihook.audit.report",
         "ocihook.cdi.spec",
         "ocihook.config",
+        "ocihook.cuda",
         "ocihook.plan",
         "ocihook.plantext",
         "ocihook.record",

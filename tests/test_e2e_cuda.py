@@ -1,0 +1,161 @@
+"""CUDA forward compatibility and the NVIDIA_REQUIRE_* check in real podman + runc
+containers (stand-ins: tests/support/cuda_images.py; no GPU, no NVIDIA driver here).
+
+The host's stand-in libcuda is of driver 535.104.05 (CUDA 12.2). An image with the
+cuda-compat package of a newer branch (550.54.15) must load its compat libcuda (the hook's
+ld cache lists /usr/local/cuda/compat first); one of an older branch (530.30.02), the host's.
+A requirement the host does not meet refuses the container in one line podman shows;
+NVIDIA_DISABLE_REQUIRE=true starts it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import base_config
+from tests.support import cuda_images, images
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def cuda_host(tmp_path_factory):
+    work = tmp_path_factory.mktemp("cuda-work")
+    return cuda_images.host_tree(tmp_path_factory.mktemp("cuda-host") / "root", work)
+
+
+@pytest.fixture(scope="module")
+def cuda_image(tmp_path_factory):
+    """image name per compat version (None: no compat package), built once."""
+    built: dict = {}
+
+    def get(compat: str | None) -> str:
+        if compat not in built:
+            work = tmp_path_factory.mktemp("cuda-image-work")
+            root = cuda_images.cuda_image_tree(
+                tmp_path_factory.mktemp("cuda-image") / "root", work, compat
+            )
+            built[compat] = images.import_image(root, f"ocihook-test-cuda-{compat or 'none'}")
+        return built[compat]
+
+    return get
+
+
+@pytest.fixture
+def nvidia_setup(hook_setup, synth_root, cuda_host):
+    def configure(**cuda):
+        settings = base_config(hook_setup.dir, synth_root, profile="nvidia")
+        settings["source_root"] = settings["device_root"] = str(cuda_host)
+        settings["cuda"] = cuda
+        hook_setup.write_config(**settings)
+
+    return configure
+
+
+def _loaded(output: str) -> tuple[str, str]:
+    lines = dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
+    assert "LOADED" in lines, output
+    return lines["LOADED"].strip(), lines["STANDIN"].strip()
+
+
+def test_newer_compat_libraries_are_the_ones_loaded(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup()
+    image = cuda_image(cuda_images.NEWER)
+    result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    path, which = _loaded(result.stdout)
+    assert path == f"{cuda_images.COMPAT_DIR}/libcuda.so.{cuda_images.NEWER}"
+    assert which == f"compat {cuda_images.NEWER}"
+
+
+def test_older_compat_libraries_leave_the_hosts_loaded(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup()
+    result = hook_setup.run(cuda_image(cuda_images.OLDER), ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    path, which = _loaded(result.stdout)
+    assert path == f"{cuda_images.MULTIARCH}/libcuda.so.{cuda_images.HOST_DRIVER}"
+    assert which == f"host {cuda_images.HOST_DRIVER}"
+
+
+def test_disabled_compat_leaves_the_hosts_loaded(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup(compat="disabled")
+    result = hook_setup.run(cuda_image(cuda_images.NEWER), ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"host {cuda_images.HOST_DRIVER}"
+
+
+def test_the_sandboxed_ldconfig_puts_the_compat_dir_first(
+    hook_setup, synth_root, cuda_host, cuda_image
+):
+    """ldconfig.writer: ldconfig (the host's ldconfig, sandboxed): the compat dir is its
+    first command-line dir, and ldconfig keeps the first of equal entries."""
+    settings = base_config(hook_setup.dir, synth_root, profile="nvidia")
+    settings["source_root"] = settings["device_root"] = str(cuda_host)
+    settings["ldconfig"] = {"writer": "ldconfig"}
+    hook_setup.write_config(**settings)
+    result = hook_setup.run(cuda_image(cuda_images.NEWER), ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
+
+
+REQUIRE = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471"
+
+
+def test_an_unmet_requirement_refuses_the_container(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup()
+    result = hook_setup.run(
+        cuda_image(None), ["/usr/bin/loaded-driver"], devices="0", extra=["-e", REQUIRE]
+    )
+    assert result.returncode != 0, result.stdout
+    lines = [line for line in result.stderr.splitlines() if "ocihook:" in line]
+    assert len(lines) == 1, result.stderr
+    assert (
+        "the image requires cuda>=12.4 brand=tesla,driver>=470,driver<471 (NVIDIA_REQUIRE_CUDA), "
+        f"the host driver {cuda_images.HOST_DRIVER} supports CUDA 12.2" in lines[0]
+    ), result.stderr
+    assert "STANDIN" not in result.stdout
+
+
+def test_disable_require_starts_it(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup()
+    result = hook_setup.run(
+        cuda_image(None),
+        ["/usr/bin/loaded-driver"],
+        devices="0",
+        extra=["-e", REQUIRE, "-e", "NVIDIA_DISABLE_REQUIRE=true"],
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"host {cuda_images.HOST_DRIVER}"
+
+
+def test_the_config_switch_turns_the_check_off(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup(require=False)
+    result = hook_setup.run(
+        cuda_image(None), ["/usr/bin/loaded-driver"], devices="0", extra=["-e", REQUIRE]
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_a_met_requirement_starts_it(hook_setup, nvidia_setup, cuda_image):
+    nvidia_setup()
+    result = hook_setup.run(
+        cuda_image(None),
+        ["/usr/bin/loaded-driver"],
+        devices="0",
+        extra=["-e", "NVIDIA_REQUIRE_CUDA=cuda>=12.2"],
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_compat_libraries_in_use_meet_the_images_requirement(hook_setup, nvidia_setup, cuda_image):
+    """The image's CUDA 12.4 compat libraries on the 12.2 host: its cuda>=12.4 holds, as
+    its programs get the compat libcuda (the version CUDA reports is the compat one's)."""
+    nvidia_setup()
+    result = hook_setup.run(
+        cuda_image(cuda_images.NEWER),
+        ["/usr/bin/loaded-driver"],
+        devices="0",
+        extra=["-e", REQUIRE],
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
