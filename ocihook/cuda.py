@@ -139,13 +139,10 @@ def probe_compat(
         return decided(f"{name}: no driver version in its name")
     if numbers[0] <= host[0]:
         return decided(
-            f"{name} is not of a newer driver branch than the host's {host_version}: the "
-            "host's libraries",
-            library=name,
-            version=version,
+            f"{name} not newer than driver {host_version}", library=name, version=version
         )
     return decided(
-        f"{name} is newer than the host driver {host_version}: {directory} comes first",
+        f"{name} newer than driver {host_version}",
         use=True,
         library=name,
         version=version,

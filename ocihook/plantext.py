@@ -182,12 +182,9 @@ def format_plan(plan: Plan, all_capabilities: list[str] | None = None) -> str:
 
 
 def _cuda_compat(compat: dict) -> str:
-    """CUDA forward compatibility in words: the mode, then what the image's probe found."""
+    """CUDA forward compatibility in words: what the image's probe found, or the mode."""
     if compat["use"]:
-        return f"{compat['dir']} first ({compat['mode']}): {compat['reason']}"
+        return f"{compat['dir']} first: {compat['reason']}"
     if compat["reason"] == "no image at hand to probe":
-        return (
-            f"{compat['mode']}: {compat['dir']} first when the image's libcuda is newer "
-            "than the host driver (plan --rootfs IMAGE shows the decision)"
-        )
-    return f"host libraries ({compat['mode']}): {compat['reason']}"
+        return f"{compat['mode']}, per image (ocihook plan --rootfs IMAGE shows it)"
+    return f"host libraries: {compat['reason']}"

@@ -151,7 +151,8 @@ def _cuda_compat(config: dict, target: Target, plan: Plan, ld_writer: str | None
     """(the plan's cuda_compat before the image is probed, what the probe looks for):
     only for a profile with `cuda`, and an image probe only where the image is at hand,
     the ld cache is written and the profile's library (libcuda) is injected (cuda.py)."""
-    settings = config["profile"].get("cuda")
+    profile = config["profile"]
+    settings = profile.get("cuda") if isinstance(profile, dict) else None
     if not settings:
         return None, None
     mode = config["cuda"]["compat"]
