@@ -10,10 +10,18 @@ NVIDIA_DISABLE_REQUIRE=true starts it.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import base_config
-from tests.support import cuda_images, images
+from tests.support import cuda_images, hostile, images
+from tests.support.golden import golden_text
+from tests.support.plans import run_plan
+
+GOLDEN = Path(__file__).parent / "golden"
 
 pytestmark = pytest.mark.root
 
@@ -159,3 +167,95 @@ def test_compat_libraries_in_use_meet_the_images_requirement(hook_setup, nvidia_
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
+
+
+# -- what the image gets nothing from: the CVE classes ---------------------------------------
+
+
+def test_no_image_library_is_mounted(hook_setup, nvidia_setup, cuda_image, cuda_host):
+    """CVE-2025-23359 class (an image path turned into a mount): with the compat libraries
+    in use nothing is mounted at or from the compat dir; every mount's source is the host
+    driver's (the record lists them), and the compat library is the image's own file."""
+    nvidia_setup()
+    result = hook_setup.run(
+        cuda_image(cuda_images.NEWER),
+        ["/bin/sh", "-c", "/usr/bin/loaded-driver; grep -c /usr/local/cuda /proc/self/mountinfo"],
+        devices="0",
+    )
+    assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}", result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "0", result.stdout
+    (record,) = hook_setup.records()
+    body = json.loads(record.read_text())
+    sources = [m["source"] for m in body["mounts"]]
+    assert sources and all(s.startswith(str(cuda_host) + "/") for s in sources), sources
+
+
+def test_the_image_env_reaches_no_host_process(
+    hook_setup, synth_root, cuda_host, cuda_image, tmp_path
+):
+    """CVE-2025-23266 (a hook that ran with the container's LD_PRELOAD): the image's env is
+    read for NVIDIA_REQUIRE_* only. LD_PRELOAD, LD_LIBRARY_PATH and PYTHONPATH point at host
+    traps that leave a marker on the host when loaded; the hook and its sandboxed ldconfig
+    (a host-side child) run, the container starts, no marker."""
+    marker = tmp_path / "loaded-on-the-host"
+    preload = hostile.preload_trap(tmp_path / "preload", marker)
+    python = hostile.python_trap(tmp_path / "python", marker)
+    settings = base_config(hook_setup.dir, synth_root, profile="nvidia")
+    settings["source_root"] = settings["device_root"] = str(cuda_host)
+    settings["ldconfig"] = {"writer": "ldconfig"}
+    hook_setup.write_config(**settings)
+    env = [
+        f"LD_PRELOAD={preload}",
+        f"LD_LIBRARY_PATH={preload.parent}",
+        f"PYTHONPATH={python}",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+    ]
+    result = hook_setup.run(
+        cuda_image(cuda_images.NEWER),
+        ["/usr/bin/loaded-driver"],
+        devices="0",
+        extra=[arg for item in env for arg in ("-e", item)],
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
+    assert not marker.exists(), "a host-side process loaded what the image's env named"
+
+
+def test_compat_dir_symlinked_to_the_host(hook_setup, nvidia_setup, tmp_path_factory):
+    """An image whose /usr/local/cuda/compat is an absolute symlink to a host dir holding a
+    newer "compat" libcuda (a stand-in): resolved inside the image it names nothing, the
+    host's libcuda is loaded, and the host dir is unchanged."""
+    work = tmp_path_factory.mktemp("hostile-work")
+    host_dir = hostile.make_canary(tmp_path_factory.mktemp("host-compat") / "compat")
+    cuda_images.standin_libcuda(host_dir / "libcuda.so.999.1", "host-side trap", work)
+    os.symlink("libcuda.so.999.1", host_dir / "libcuda.so.1")
+    before = hostile.snapshot(host_dir)
+    root = cuda_images.cuda_image_tree(tmp_path_factory.mktemp("hostile") / "root", work, None)
+    (root / "usr/local/cuda").mkdir(parents=True)
+    os.symlink(str(host_dir), root / "usr/local/cuda/compat")
+    image = images.import_image(root, "ocihook-test-cuda-hostile")
+    nvidia_setup()
+    result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"host {cuda_images.HOST_DRIVER}"
+    assert hostile.snapshot(host_dir) == before
+
+
+# -- plan shows the choice --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compat", [cuda_images.NEWER, cuda_images.OLDER, None])
+def test_plan_with_an_image_shows_the_decision(
+    hook_setup, nvidia_setup, cuda_host, compat, tmp_path_factory
+):
+    work = tmp_path_factory.mktemp("plan-work")
+    root = cuda_images.cuda_image_tree(tmp_path_factory.mktemp("plan") / "root", work, compat)
+    nvidia_setup()
+    text = run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root))
+    assert text.returncode == 0, text.stderr
+    shown = text.stdout.replace(str(cuda_host), "<host>")
+    assert shown == golden_text(GOLDEN / f"plan-cuda-compat-{compat or 'none'}.txt", shown)
+    data = json.loads(
+        run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root), "--json").stdout
+    )
+    assert data["cuda_compat"]["use"] is (compat == cuda_images.NEWER)

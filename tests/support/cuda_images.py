@@ -75,8 +75,9 @@ def host_tree(root: Path, work: Path, version: str = HOST_DRIVER) -> Path:
     standin_libcuda(lib / f"libcuda.so.{version}", f"host {version}", work)
     os.symlink(f"libcuda.so.{version}", lib / "libcuda.so.1")
     (root / "dev").mkdir()
-    os.mknod(root / "dev/nvidia0", 0o20666, os.makedev(195, 0))
-    os.mknod(root / "dev/nvidiactl", 0o20666, os.makedev(195, 255))
+    for name, minor in (("nvidia0", 0), ("nvidiactl", 255)):
+        os.mknod(root / "dev" / name, 0o20666, os.makedev(195, minor))
+        os.chmod(root / "dev" / name, 0o666)  # whatever the umask
     root.chmod(0o755)
     return root
 
