@@ -341,3 +341,38 @@ def test_compat_entries_come_before_the_hosts(tmp_path):
         ("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
         ("libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
     ]
+
+
+# -- the config ------------------------------------------------------------------------------
+
+
+def _compile(tmp_path: Path, **settings) -> dict:
+    import yaml
+
+    from ocihook.config import compile_config
+
+    path = tmp_path / "config.yaml"
+    base = {"profile": "nvidia", "profile_dirs": [str(synthetic.PROFILES)]}
+    path.write_text(yaml.safe_dump({**base, **settings}))
+    path.chmod(0o644)
+    return compile_config(str(path))[0]
+
+
+def test_config_defaults_and_nvidias_mode_names(tmp_path):
+    config = _compile(tmp_path)
+    assert config["cuda"] == {"compat": "ldconfig", "require": True, "brand": None}
+    assert config["profile"]["cuda"] == {"compat_dir": COMPAT, "library": "libcuda.so"}
+    for mode in ("ldconfig", "hook", "disabled"):
+        assert _compile(tmp_path, cuda={"compat": mode})["cuda"]["compat"] == mode
+    assert _compile(tmp_path, profile="synthetic")["profile"]["cuda"] is None
+
+
+def test_config_refuses_the_mount_mode_and_bad_values(tmp_path):
+    with pytest.raises(OcihookError, match="cuda.compat: mount .* never mounts an image"):
+        _compile(tmp_path, cuda={"compat": "mount"})
+    with pytest.raises(OcihookError, match="cuda.compat"):
+        _compile(tmp_path, cuda={"compat": "sometimes"})
+    with pytest.raises(OcihookError, match="cuda.brand"):
+        _compile(tmp_path, cuda={"brand": "Tesla V100"})
+    with pytest.raises(OcihookError, match="cuda.require"):
+        _compile(tmp_path, cuda={"require": "yes"})
