@@ -259,3 +259,20 @@ def test_plan_with_an_image_shows_the_decision(
         run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root), "--json").stdout
     )
     assert data["cuda_compat"]["use"] is (compat == cuda_images.NEWER)
+
+
+def test_an_image_without_an_ld_cache_gets_one_with_the_compat_dir_first(
+    hook_setup, nvidia_setup, tmp_path_factory
+):
+    """No /etc/ld.so.cache in the image: the native writer cannot merge, the sandboxed
+    ldconfig writes one, the compat dir first (NVIDIA's hook would do nothing here)."""
+    work = tmp_path_factory.mktemp("nocache-work")
+    root = cuda_images.cuda_image_tree(
+        tmp_path_factory.mktemp("nocache") / "root", work, cuda_images.NEWER
+    )
+    (root / "etc/ld.so.cache").unlink()
+    image = images.import_image(root, "ocihook-test-cuda-nocache")
+    nvidia_setup()
+    result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
