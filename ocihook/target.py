@@ -108,12 +108,12 @@ class Decision(Struct):
         if "glibc" in self.probe and not has_glibc_loader(root_fd):
             changes["ld_writer"] = None
         if "cuda_compat" in self.probe:
-            from ocihook import cuda
-
             if changes.get("ld_writer", self.ld_writer) is None:
                 reason = "the image has no glibc loader (no ld cache)"
                 changes["cuda_compat"] = {**self.cuda_compat, "reason": reason}
             else:
+                from ocihook import cuda  # only for a CUDA profile's image
+
                 changes["cuda_compat"] = cuda.probe_compat(
                     root_fd, *self.compat_probe, self.cuda_compat["host_version"]
                 )
