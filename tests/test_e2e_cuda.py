@@ -276,3 +276,18 @@ def test_an_image_without_an_ld_cache_gets_one_with_the_compat_dir_first(
     result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
     assert result.returncode == 0, result.stderr + result.stdout
     assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
+
+
+def test_plan_of_an_image_without_a_glibc_loader(hook_setup, nvidia_setup, tmp_path_factory):
+    """No loader, no ld cache, no compat probe: the compat dir is not even looked at."""
+    root = images.busybox_rootfs(tmp_path_factory.mktemp("busybox") / "root")
+    compat = root / cuda_images.COMPAT_DIR.lstrip("/")
+    work = tmp_path_factory.mktemp("busybox-work")
+    cuda_images.standin_libcuda(compat / f"libcuda.so.{cuda_images.NEWER}", "compat", work)
+    os.symlink(f"libcuda.so.{cuda_images.NEWER}", compat / "libcuda.so.1")
+    nvidia_setup()
+    result = run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root), "--json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)["cuda_compat"]
+    assert found["use"] is False and found["library"] is None
+    assert found["reason"] == "the image has no glibc loader (no ld cache)"
