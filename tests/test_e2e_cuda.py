@@ -188,6 +188,7 @@ def test_no_image_library_is_mounted(hook_setup, nvidia_setup, cuda_image, cuda_
     body = json.loads(record.read_text())
     sources = [m["source"] for m in body["mounts"]]
     assert sources and all(s.startswith(str(cuda_host) + "/") for s in sources), sources
+    assert body["ld_dirs"] == [cuda_images.COMPAT_DIR, cuda_images.MULTIARCH]
 
 
 def test_the_image_env_reaches_no_host_process(
