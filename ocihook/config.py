@@ -29,9 +29,10 @@ from ocihook.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 7  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
-# 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind
-# 7: request.imex_annotation (IMEX channels), capability nodes and by_name (GPUDirect)
+CACHE_FORMAT = 8  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+# 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind;
+# 7: request.imex_annotation (IMEX channels), capability nodes and by_name (GPUDirect);
+# 8: the cuda section (forward compatibility, NVIDIA_REQUIRE_*) and the profile's cuda
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -64,6 +65,9 @@ DEFAULTS: dict = {
     },
     "container": {"lib_dir": "auto", "bin_dir": "/usr/bin"},
     "ldconfig": {"enabled": True, "path": "/sbin/ldconfig", "writer": "native"},
+    # CUDA forward compatibility and the NVIDIA_REQUIRE_* check (profiles with `cuda:`):
+    # compat as NVIDIA's cuda-compat-mode (ldconfig, hook: the same here; disabled).
+    "cuda": {"compat": "ldconfig", "require": True, "brand": None},
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
     "mount_api": "auto",
     "state_dir": "/run/ocihook",
@@ -85,6 +89,7 @@ PROFILE_DEFAULTS: dict = {
     "binaries": [],
     "driver_version": None,
     "firmware": [],
+    "cuda": None,  # {compat_dir, library}: the image's CUDA compat libraries (nvidia)
     "files": [],
     "capabilities": {},
     "default_capabilities": [],
@@ -353,6 +358,7 @@ def _compile(path: str) -> tuple[dict, list, bool]:
     _validate(document, full_schema, f"config {path}")
     variables = document.pop("variables", None) or {}
     config = _merge(DEFAULTS, document)
+    _check_cuda(config["cuda"], path)
     _compile_allow(config["request"]["allow"], config["request"]["trusted_annotations"], path)
     files = [[path, "config", key]]
     profile = config["profile"]
@@ -383,6 +389,17 @@ def _compile(path: str) -> tuple[dict, list, bool]:
     _check_capabilities(config["profile"])
     _set_variables(config["profile"], variables, path)
     return config, files, racy
+
+
+def _check_cuda(settings: dict, path: str) -> None:
+    """NVIDIA's `mount` mode mounts the image's compat libraries over the driver's: not
+    done here (an image library is never mounted, the CVE-2025-23359 class)."""
+    if settings["compat"] == "mount":
+        raise OcihookError(
+            f"config {path}: cuda.compat: mount (NVIDIA's mode that mounts the image's compat "
+            "libraries) is not supported: ocihook never mounts an image's library; use "
+            "ldconfig (the container's ld cache lists the compat dir first)"
+        )
 
 
 def _set_variables(profile: dict, values: dict[str, str], path: str) -> None:

@@ -271,6 +271,8 @@ class _Injection:
         root_fd = apply.enter_container(container.pid, container.rootfs)
         try:
             final = finalize(plan, decision.in_image(root_fd))
+            if final.cuda_compat is not None and self.config["cuda"]["require"]:
+                self._check_cuda_requirements(final)
             if not self.api.on_host:
                 self._open_sources(plan, decision, roots)
             self.sources = apply.bind_sources(self.sources, final)
@@ -300,6 +302,19 @@ class _Injection:
             self.final = final
         finally:
             os.close(root_fd)
+
+    def _check_cuda_requirements(self, final: Plan) -> None:
+        """The image's NVIDIA_REQUIRE_* against the host driver (or the image's compat
+        libraries where the ld cache takes them): OcihookError when one fails. The
+        container's environment is read for this check only (cuda.py)."""
+        from ocihook import cuda
+
+        settings = self.config["cuda"]
+        line = cuda.check(
+            self.container.env, final.cuda_compat, final.driver_version, settings["brand"]
+        )
+        if line:
+            self.log.info(f"{self.container.id}: warning: {line}")
 
     def _close(self) -> None:
         """Close the handles (once; the sources stay listed for the record)."""

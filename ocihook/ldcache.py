@@ -61,23 +61,32 @@ def update(
     ld_dirs = plan.ld_dirs
     why = "ldconfig.writer is ldconfig"
     libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
+    compat = plan.cuda_compat
+    first = compat["dir"] if compat and compat["use"] else None  # the image's CUDA compat dir
     if plan.ld_writer == "native":
-        why = _native(writer, root_fd, ld_dirs, libraries)
+        why = _native(writer, root_fd, ld_dirs, libraries, first)
         if why is None:
             if debug:
-                debug(f"ld cache: written natively for {', '.join(ld_dirs)}")
+                dirs = ([first] if first else []) + ld_dirs
+                debug(f"ld cache: written natively for {', '.join(dirs)}")
             return "native"
     if debug:
         debug(f"ld cache: sandboxed ldconfig ({why})")
     # ldconfig keys each library by its DT_SONAME as well: the same check of the names the
     # native writer makes (an OcihookError when a soname names nothing in its dir).
     ldnative.library_entries(root_fd, ld_dirs, libraries)
-    update_cache(ldconfig_fd, root_fd, rootfs, ld_dirs, uid, gid, ldconfig_path)
+    # ldconfig keeps the first of equal entries, from its command line's dirs first.
+    dirs = [first, *ld_dirs] if first else ld_dirs
+    update_cache(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, ldconfig_path)
     return "ldconfig"
 
 
 def _native(
-    writer: ContainerWriter, root_fd: int, ld_dirs: list[str], libraries: list[str]
+    writer: ContainerWriter,
+    root_fd: int,
+    ld_dirs: list[str],
+    libraries: list[str],
+    first: str | None = None,
 ) -> str | None:
     """Write the merged cache; None when done, else why the sandboxed ldconfig must run.
     A container /etc on a file system the host shares is an error (OcihookError), not a
@@ -88,7 +97,7 @@ def _native(
         return f"/etc: {describe(error)}"
     try:
         writer.may_create_in(etc_fd, ldnative.CACHE)
-        data = ldnative.build(root_fd, etc_fd, ld_dirs, libraries)
+        data = ldnative.build(root_fd, etc_fd, ld_dirs, libraries, first)
         if isinstance(data, str):
             return data
         writer.replace_file(etc_fd, ldnative.CACHE, data)

@@ -151,8 +151,49 @@ def merge(image: list, ours: list) -> list:
     return ldsocache.sort_entries(ours + [e for e in image if e[1] not in paths])
 
 
-def build(root_fd: int, etc_fd: int, ld_dirs: list[str], targets: list[str]) -> bytes | str:
-    """The merged cache's bytes, or why the native writer cannot be exact."""
+def compat_entries(root_fd: int, directory: str) -> list:
+    """The entries ldconfig would make for the image's CUDA compat dir (cuda.py decided to
+    put it first): each regular DSO file there, by fd (cuda.open_regular: no FIFO or
+    device node is opened), whose DT_SONAME names something in the dir; the others are
+    skipped, as the image's own business. Bounded by cuda.MAX_DIR_ENTRIES."""
+    from ocihook import cuda
+
+    try:
+        dir_fd = securepath.resolve(root_fd, directory, flags=os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return []
+    entries: list[ldsocache.FullEntry] = []
+    prefix = directory.rstrip("/").encode() + b"/"
+    try:
+        with os.scandir(dir_fd) as listing:
+            names = sorted(e.name for _, e in zip(range(cuda.MAX_DIR_ENTRIES), listing))
+        for name in names:
+            if not is_dso_name(name):
+                continue
+            fd = cuda.open_regular(dir_fd, name)
+            if isinstance(fd, str):
+                continue
+            try:
+                found = _entry(elf.read_fd(fd, needed_for=(EM_386,)), name)
+            finally:
+                os.close(fd)
+            if isinstance(found, str) or not _present(dir_fd, found[0]):
+                continue
+            entry = (found[0], prefix + found[0], found[1], 0)
+            if entry not in entries:
+                entries.append(entry)
+    except OSError:
+        return []
+    finally:
+        os.close(dir_fd)
+    return entries
+
+
+def build(
+    root_fd: int, etc_fd: int, ld_dirs: list[str], targets: list[str], first: str | None = None
+) -> bytes | str:
+    """The merged cache's bytes, or why the native writer cannot be exact. `first`: a dir
+    of the image whose libraries come before everything (the CUDA compat dir)."""
     if os.uname().machine != "x86_64":
         return f"machine {os.uname().machine}"
     data = read_cache(etc_fd)
@@ -165,6 +206,8 @@ def build(root_fd: int, etc_fd: int, ld_dirs: list[str], targets: list[str]) -> 
     ours = library_entries(root_fd, ld_dirs, targets)
     if isinstance(ours, str):
         return ours
+    if first is not None:
+        ours = compat_entries(root_fd, first) + ours
     try:
         return ldsocache.write_new(merge(image, ours), GENERATOR)
     except ldsocache.NotExact as error:

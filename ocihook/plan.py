@@ -106,6 +106,7 @@ class Plan(Struct):
         "warnings",
         "file_label",
         "mig_devices",
+        "cuda_compat",
     )
     _defaults = {
         "file_label": None,
@@ -125,6 +126,7 @@ class Plan(Struct):
         "unmatched": [],
         "warnings": [],
         "mig_devices": [],
+        "cuda_compat": None,
     }
     profile: str
     source_root: str
@@ -149,6 +151,9 @@ class Plan(Struct):
     warnings: list[str]
     file_label: str | None  # the SELinux label of what the hook creates; None: labels untouched
     mig_devices: list  # every nvidia.MigDevice of the host, when read (plan, cdi generate)
+    # CUDA forward compatibility (cuda.py): {mode, dir, use, library, version, host_version,
+    # reason}; use: the ld cache lists dir first. None: the profile has no `cuda`.
+    cuda_compat: dict | None
 
     def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:
         """The same plan with libraries (and their links) placed in `lib_dir` (64-bit) and
@@ -219,6 +224,7 @@ def finalize(plan: Plan, decision: Decision) -> Plan:
         file_label=decision.file_label,
         ldconfig=decision.ld_writer is not None,
         ld_writer=decision.ld_writer,
+        cuda_compat=decision.cuda_compat,
     )
 
 

@@ -168,6 +168,8 @@ def format_plan(plan: Plan, all_capabilities: list[str] | None = None) -> str:
     lines += _mig_devices(plan)
     ld = "update for " + ", ".join(plan.ld_dirs) if plan.ldconfig else "no"
     lines.append(_field("ld cache", ld))
+    if plan.cuda_compat:
+        lines.append(_field("cuda compat", _cuda_compat(plan.cuda_compat)))
     if plan.unmatched:
         lines.append(f"not found ({len(plan.unmatched)} profile entries matched nothing):")
         groups: dict[str, list[str]] = {}
@@ -177,3 +179,12 @@ def format_plan(plan: Plan, all_capabilities: list[str] | None = None) -> str:
         for kind, names in groups.items():
             lines += _wrap([f"{kind}:"] + names, "  ")
     return "\n".join(lines)
+
+
+def _cuda_compat(compat: dict) -> str:
+    """CUDA forward compatibility in words: what the image's probe found, or the mode."""
+    if compat["use"]:
+        return f"{compat['dir']} first: {compat['reason']}"
+    if compat["reason"] == "no image at hand to probe":
+        return f"{compat['mode']}, per image (ocihook plan --rootfs IMAGE shows it)"
+    return f"host libraries: {compat['reason']}"

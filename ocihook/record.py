@@ -22,7 +22,8 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
     links        [{target, points_to}]
     devices      [{path, host_path, type, major, minor, index, label}]
     cgroup       [{cgroup ("v1"/"v2"), path, action, rule ("c 10:237 rw")}]: the edits made
-    ld_dirs, ld_cache  the dirs the container's ld cache was updated for, and how
+    ld_dirs, ld_cache  the dirs the container's ld cache was updated for (the image's CUDA
+                       compat dir first when it was taken), and how
                  ("native", "ldconfig"; null and [] when it was not)
     rootless     only from the hook of a rootless container: {host_uid (the user), device_cgroup
                  ("unchanged": cgroup is [])}; the record is then in /run/user/<uid>/ocihook
@@ -160,13 +161,20 @@ def injection_record(
                 for d in plan.devices
             ],
             "cgroup": [edit.record() for edit in edits],
-            "ld_dirs": plan.ld_dirs if ld_cache else [],
+            "ld_dirs": _ld_dirs(plan) if ld_cache else [],
             "ld_cache": ld_cache,
         },
     )
     if rootless_uid is not None:
         body["rootless"] = {"host_uid": rootless_uid, "device_cgroup": "unchanged"}
     return body
+
+
+def _ld_dirs(plan) -> list[str]:
+    """The dirs the ld cache was written for: the image's CUDA compat dir first when it
+    was taken (cuda.py), then the plan's."""
+    compat = plan.cuda_compat
+    return ([compat["dir"]] if compat and compat["use"] else []) + plan.ld_dirs
 
 
 def write_record(state_dir_fd: int, state_dir: str, container_id: str, body: dict) -> None:

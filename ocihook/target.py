@@ -79,14 +79,21 @@ class Decision(Struct):
         "ld_writer",
         "device_cgroup",
         "probe",
+        "cuda_compat",
+        "compat_probe",
     )
+    _defaults = {"cuda_compat": None, "compat_probe": None}
     lib_dir: str | None  # where 64-bit libraries go; None: the plan's placeholder
     lib_dir32: str | None  # where 32-bit (compat32) ones go; None: the plan's placeholder
     node_strategy: str  # plan.NODE_STRATEGIES: mknod, or bind (a user namespace)
     file_label: str | None  # the SELinux label of what the hook creates; None: untouched
     ld_writer: str | None  # plan.LD_WRITERS: how the ld cache is written; None: not at all
     device_cgroup: bool  # the executor lets the container use its devices in the cgroup
-    probe: tuple[str, ...]  # left to the image: "lib_dir", "glibc" (in_image does it)
+    probe: tuple[str, ...]  # left to the image: "lib_dir", "glibc", "cuda_compat"
+    # CUDA forward compatibility (cuda.py's dict for the plan), or None without `cuda`
+    cuda_compat: dict | None
+    # (compat dir, library, mode) that the probe of the image looks for; None: no probe
+    compat_probe: tuple[str, str, str] | None
 
     def in_image(self, root_fd: int) -> Decision:
         """The decision completed with what the image's root (`root_fd`) shows: its library
@@ -100,6 +107,16 @@ class Decision(Struct):
             changes.update(lib_dir=lib_dir, lib_dir32=lib_dir32_for(lib_dir))
         if "glibc" in self.probe and not has_glibc_loader(root_fd):
             changes["ld_writer"] = None
+        if "cuda_compat" in self.probe:
+            if changes.get("ld_writer", self.ld_writer) is None:
+                reason = "the image has no glibc loader (no ld cache)"
+                changes["cuda_compat"] = {**self.cuda_compat, "reason": reason}
+            else:
+                from ocihook import cuda  # only for a CUDA profile's image
+
+                changes["cuda_compat"] = cuda.probe_compat(
+                    root_fd, *self.compat_probe, self.cuda_compat["host_version"]
+                )
         return self.replace(**changes)
 
 
@@ -112,6 +129,9 @@ def decide(config: dict, target: Target, plan: Plan) -> Decision:
     ld_writer = _ld_writer(config, target, plan)
     if ld_writer is not None and target.image:
         probe += ("glibc",)
+    compat, compat_probe = _cuda_compat(config, target, plan, ld_writer)
+    if compat_probe is not None:
+        probe += ("cuda_compat",)
     return Decision(
         lib_dir,
         lib_dir32_for(lib_dir) if lib_dir is not None else None,
@@ -122,7 +142,40 @@ def decide(config: dict, target: Target, plan: Plan) -> Decision:
         # (v1 devices.allow, v2 BPF programs need the initial namespace's CAP_SYS_ADMIN).
         target.kind != STATIC and not target.rootless,
         probe,
+        compat,
+        compat_probe,
     )
+
+
+def _cuda_compat(config: dict, target: Target, plan: Plan, ld_writer: str | None):
+    """(the plan's cuda_compat before the image is probed, what the probe looks for):
+    only for a profile with `cuda`, and an image probe only where the image is at hand,
+    the ld cache is written and the profile's library (libcuda) is injected (cuda.py)."""
+    profile = config["profile"]
+    settings = profile.get("cuda") if isinstance(profile, dict) else None
+    if not settings:
+        return None, None
+    mode = config["cuda"]["compat"]
+    libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
+    pending = {
+        "mode": mode,
+        "dir": settings["compat_dir"],
+        "use": False,
+        "library": None,
+        "version": None,
+        "host_version": plan.driver_version,
+        "reason": "",
+    }
+    prefix = settings["library"] + "."
+    if mode == "disabled":
+        return {**pending, "reason": "disabled (cuda.compat)"}, None
+    if not any(os.path.basename(t).startswith(prefix) for t in libraries):
+        return {**pending, "reason": f"no {prefix}* injected"}, None
+    if ld_writer is None:
+        return {**pending, "reason": "the ld cache is not written"}, None
+    if not target.image or target.kind == STATIC:
+        return {**pending, "reason": "no image at hand to probe"}, None
+    return pending, (settings["compat_dir"], settings["library"], mode)
 
 
 def _lib_dir(config: dict, target: Target, plan: Plan) -> tuple[str | None, tuple[str, ...]]:

@@ -63,6 +63,7 @@ LAYERS = {
         "ocihook.audit.report",
         "ocihook.cdi.spec",
         "ocihook.config",
+        "ocihook.cuda",
         "ocihook.imex",
         "ocihook.plan",
         "ocihook.plantext",

@@ -1,0 +1,100 @@
+"""CUDA images and an NVIDIA host for forward compatibility and NVIDIA_REQUIRE_* tests.
+
+Stand-ins: no GPU and no NVIDIA driver here. The host's "libcuda" and the image's compat
+"libcuda" are real shared objects built with gcc (DT_SONAME libcuda.so.1, named by the
+driver version as NVIDIA names them) whose one function, `standin_which`, says which one
+it is; a test program in the image dlopens libcuda.so.1 as CUDA programs do and prints the
+path the dynamic loader mapped (/proc/self/maps) and that answer. The host's device nodes
+are char nodes with NVIDIA's numbers (195:0, 195:255; no driver registers 195 here).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.support import images
+
+HOST_DRIVER = "535.104.05"  # CUDA 12.2 (cuda.CUDA_BY_DRIVER)
+NEWER = "550.54.15"  # CUDA 12.4's compat package: a newer branch than the host's
+OLDER = "530.30.02"  # CUDA 12.1's: an older one
+COMPAT_DIR = "/usr/local/cuda/compat"
+MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+
+_LIBCUDA = r"""
+const char *standin_which(void) { return WHICH; }
+"""
+_PROGRAM = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+    void *handle = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!handle) {
+        printf("DLOPEN-FAILED %s\n", dlerror());
+        return 1;
+    }
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (maps && fgets(line, sizeof line, maps)) {
+        char *path = strchr(line, '/');
+        if (path && strstr(path, "libcuda")) {
+            printf("LOADED %s", path);
+            break;
+        }
+    }
+    const char *(*which)(void) = (const char *(*)(void))dlsym(handle, "standin_which");
+    printf("STANDIN %s\n", which ? which() : "none");
+    return 0;
+}
+"""
+
+
+def standin_libcuda(path: Path, which: str, work: Path) -> Path:
+    """A stand-in libcuda (gcc-built, DT_SONAME libcuda.so.1) answering `which`."""
+    source = work / f"libcuda-{which.replace(' ', '-')}.c"
+    source.write_text(_LIBCUDA)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", f'-DWHICH="{which}"', "-Wl,-soname,libcuda.so.1"]
+        + ["-o", str(path), str(source)],
+        check=True,
+    )
+    return path
+
+
+def host_tree(root: Path, work: Path, version: str = HOST_DRIVER) -> Path:
+    """An NVIDIA host: the kernel module's version file, the stand-in libcuda of that
+    version with its soname link (no ld.so.cache: the profile's library_dirs find it),
+    /dev/nvidia0 and /dev/nvidiactl."""
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text(version + "\n")
+    lib = root / MULTIARCH.lstrip("/")
+    standin_libcuda(lib / f"libcuda.so.{version}", f"host {version}", work)
+    os.symlink(f"libcuda.so.{version}", lib / "libcuda.so.1")
+    (root / "dev").mkdir()
+    for name, minor in (("nvidia0", 0), ("nvidiactl", 255)):
+        os.mknod(root / "dev" / name, 0o20666, os.makedev(195, minor))
+        os.chmod(root / "dev" / name, 0o666)  # whatever the umask
+    root.chmod(0o755)
+    return root
+
+
+def cuda_image_tree(root: Path, work: Path, compat: str | None) -> Path:
+    """A Debian-layout glibc image with the test program /usr/bin/loaded-driver and, with
+    `compat`, the cuda-compat package's layout: /usr/local/cuda/compat/libcuda.so.<compat>
+    (a stand-in answering "compat <compat>") with its libcuda.so.1 and libcuda.so links."""
+    images.glibc_rootfs(root, "debian")
+    source = work / "loaded-driver.c"
+    source.write_text(_PROGRAM)
+    subprocess.run(
+        ["gcc", "-O1", "-o", str(root / "usr/bin/loaded-driver"), str(source)], check=True
+    )
+    if compat:
+        directory = root / COMPAT_DIR.lstrip("/")
+        standin_libcuda(directory / f"libcuda.so.{compat}", f"compat {compat}", work)
+        os.symlink(f"libcuda.so.{compat}", directory / "libcuda.so.1")
+        os.symlink("libcuda.so.1", directory / "libcuda.so")
+    return root
