@@ -111,7 +111,9 @@ def generate(
     plan = finalize(plan, decide(config, target, plan))
     profile = config["profile"]
     kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
-    label = label_choice(config["selinux"], target)
+    from ocihook.cdi.hooks import parse_label
+
+    label = parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it
     spec = cdispec.build_spec(
         executor_view(plan), kind, hook_path, config["ldconfig"]["path"], label
     )

@@ -40,7 +40,7 @@ from ocihook.target import (
 )
 
 # An SELinux context as the config's `selinux.label` (ocihook/schema.json) may be one.
-_LABEL_RE = re.compile(r"^[a-z0-9_]+:[a-z0-9_]+:[a-z0-9_]+:s[0-9][^\s\0]*$")
+_LABEL_RE = re.compile(r"[a-z0-9_]+:[a-z0-9_]+:[a-z0-9_]+:s[0-9][^\s\0]*")
 
 
 def read_container(stdin=None) -> Container:
@@ -61,7 +61,7 @@ def parse_link(value: str) -> Link:
 def parse_label(value: str | None) -> str | None:
     """--selinux-label: none, mount-label (the container's mount label) or a fixed SELinux
     context; None (not given: a spec of an earlier release) stays None."""
-    if value is None or value in (NO_LABEL, MOUNT_LABEL) or _LABEL_RE.match(value):
+    if value is None or value in (NO_LABEL, MOUNT_LABEL) or _LABEL_RE.fullmatch(value):
         return value
     raise OcihookError(
         f"--selinux-label {value!r}: expected {NO_LABEL}, {MOUNT_LABEL} or an SELinux "
