@@ -796,7 +796,8 @@ def cdi_hook_decision(runtime: str):
     detail = (
         f"selinux disabled: --selinux-label none, {len(disabled.get('xattr_calls', []))} label "
         f"writes, link {disabled.get('link_label')} (the kernel's); enabled: mount-label, "
-        f"{len(enabled.get('xattr_calls', []))} label write(s), link {enabled.get('link_label')}"
+        f"{len(enabled.get('xattr_calls', []))} label write(s) (on a context= rootfs: "
+        f"EOPNOTSUPP), link {enabled.get('link_label')}"
     )
     return not wrong, detail if not wrong else "; ".join(wrong)
 
