@@ -33,6 +33,10 @@ CONTAINER = "container"  # a container at hand: the prestart hook
 CLI = "cli"  # `ocihook plan`: what the command line says of a container
 STATIC = "static"  # a CDI spec, written before any container (and its cdi-hook commands)
 TARGET_KINDS = (CONTAINER, CLI, STATIC)
+# The label choice (label_choice): no label, the container's own mount label, or else a
+# fixed label (the config's `selinux.label`). A CDI spec carries it to its cdi-hook commands.
+NO_LABEL = "none"
+MOUNT_LABEL = "mount-label"
 
 _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _MULTIARCH32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
@@ -209,15 +213,47 @@ def _ld_writer(config: dict, target: Target, plan: Plan) -> str | None:
 
 
 def _file_label(settings: dict, target: Target) -> str | None:
-    """The label for what the hook creates in the container, or None to leave labels alone:
-    `selinux.label`, else the container's mount label; none with `selinux.mode: disabled`,
-    or with `auto` on a host without SELinux (for a container at hand: `ocihook plan` shows
-    what the config sets)."""
+    """The label for what the hook creates in the container, or None to leave labels alone
+    (label_choice's choice, for the target's mount label)."""
+    return chosen_label(label_choice(settings, target), target.mount_label)
+
+
+def label_choice(settings: dict, target: Target) -> str:
+    """How what the hook creates is labelled, from the config's `selinux` section: a fixed
+    label (`selinux.label`), else MOUNT_LABEL (the container's mount label); NO_LABEL with
+    `selinux.mode: disabled`, or with `auto` on a host without SELinux (`ocihook plan`
+    shows what the config sets). `cdi generate` writes the choice into the spec's hook."""
     if settings["mode"] == "disabled":
-        return None
+        return NO_LABEL
     if settings["mode"] == "auto" and target.kind != CLI and not selinux_enabled():
+        return NO_LABEL
+    return settings["label"] or MOUNT_LABEL
+
+
+def chosen_label(choice: str, mount_label: str | None) -> str | None:
+    """The label that `choice` (label_choice's) gives a container whose mount label is
+    `mount_label` (None: it has none, or it is not known yet); None leaves labels alone."""
+    if choice == NO_LABEL:
         return None
-    return settings["label"] or target.mount_label
+    if choice == MOUNT_LABEL:
+        return mount_label
+    return choice
+
+
+def carried_decision(label: str, ld_writer: str | None, target: Target) -> Decision:
+    """The decision a CDI spec carries to its `cdi-hook` commands (what `cdi generate`
+    decided from its config: the label choice, the ld cache writer or None), for the
+    container at hand (`target`, a STATIC one with its mount label): no config is read. The
+    links and the ld cache only: the runtime made the nodes and the device cgroup rules."""
+    return Decision(
+        None,
+        None,
+        "bind" if target.userns or target.rootless else "mknod",
+        chosen_label(label, target.mount_label),
+        ld_writer,
+        False,
+        ("glibc",) if ld_writer is not None and target.image else (),
+    )
 
 
 def lib_dir32_for(lib_dir: str) -> str:

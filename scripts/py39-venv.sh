@@ -7,6 +7,8 @@
 #
 #   scripts/py39-venv.sh VENV   build VENV unless it is newer than its inputs; prints VENV's python
 #                               (without pyenv's 3.9.18: one line saying so, exit 2)
+#   scripts/py39-venv.sh --find print pyenv's 3.9.18 it would build from, or that line, exit 2
+#                               (tests/support/py39.py: whether the py39 tier can run here)
 #
 # PyPI is used only here, at install time, and only for the pinned versions.
 set -eu
@@ -31,8 +33,12 @@ find_python() {
 }
 
 if [ -z "${1:-}" ]; then
-    echo "usage: $0 VENV" >&2
+    echo "usage: $0 VENV | --find" >&2
     exit 2
+fi
+if [ "$1" = --find ]; then
+    find_python
+    exit $?
 fi
 
 venv=$1

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support import crio as crio_support
-from tests.support import devstack, images, podman, rootless, synthetic
+from tests.support import devstack, images, podman, py39, rootless, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
@@ -230,12 +230,17 @@ def rootless_image_busybox(rootless_user, tmp_path_factory):
 
 # Test tiers. A test needs root when it asks for one of these fixtures (they make device nodes,
 # mount, or import podman images) or carries the mark itself; the marks are registered in
-# pyproject.toml. `pytest -m "not root"` is the tier an ordinary user runs.
+# pyproject.toml. `pytest -m "not root"` is the tier an ordinary user runs: there a tier whose
+# tool is missing (RHEL 9's venv: py39, Go: go, CRI-O: crio, ...) is skipped with the reason.
+# `make test` sets OCIHOOK_REQUIRE_TIERS=1: it runs every tier on the development host, and
+# a tier that cannot run there fails its tests with the reason instead of skipping them.
+REQUIRE_TIERS = "OCIHOOK_REQUIRE_TIERS"
 ROOT_FIXTURES = frozenset(
     {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"}
 )
 PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"})
 CRIO_FIXTURES = frozenset({"crio", "crio_setup"})
+PY39_FIXTURES = frozenset({"rhel9"})  # tests/test_rpm.py: the RPM built with .venv-py39
 # Rootless podman as an ordinary user (root creates the user): also root and podman.
 ROOTLESS_FIXTURES = frozenset(
     {
@@ -273,6 +278,9 @@ def _unmet(mark: str) -> str | None:
 
         why = vm.fedora_missing()
         return f"needs the Fedora guest's sources: {why}" if why else None
+    if mark == "py39":
+        why = py39.missing()
+        return f"needs RHEL 9's Python stack (.venv-py39): {why}" if why else None
     if mark == "tomllib":
         from tests.support.tomllib_python import tomllib_python
 
@@ -281,9 +289,22 @@ def _unmet(mark: str) -> str | None:
     return None
 
 
+# nodeid -> why: under OCIHOOK_REQUIRE_TIERS, the tests whose tier cannot run (they fail).
+_REQUIRED_UNMET: dict[str, str] = {}
+
+
+def _unmet_here(item, reason: str) -> None:
+    """Skip `item` for `reason`, or under OCIHOOK_REQUIRE_TIERS (make test) fail it."""
+    if os.environ.get(REQUIRE_TIERS) == "1":
+        _REQUIRED_UNMET[item.nodeid] = reason
+    else:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark tests by the fixtures they use, then skip those whose need is not met here.
+    """Mark tests by the fixtures they use, then skip those whose need is not met here (or,
+    under OCIHOOK_REQUIRE_TIERS=1, fail them: pytest_runtest_setup).
 
     Runs first, so that `-m "not root"` deselects what the fixtures made root tests."""
     for item in items:
@@ -294,15 +315,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.podman)
         if used & CRIO_FIXTURES:
             item.add_marker(pytest.mark.crio)
+        if used & PY39_FIXTURES:
+            item.add_marker(pytest.mark.py39)
         if used & ROOTLESS_FIXTURES or item.get_closest_marker("rootless"):
             for mark in (pytest.mark.root, pytest.mark.podman, pytest.mark.rootless):
                 item.add_marker(mark)
-        marks = ("root", "podman", "rootless", "crio", "vm", "go", "tomllib", "fedora_sources")
+        if item.get_closest_marker("vm") and _unmet("vm"):  # never a tier of make test
+            item.add_marker(pytest.mark.skip(reason=_unmet("vm")))
+        marks = ("root", "podman", "rootless", "crio", "go", "py39", "tomllib", "fedora_sources")
         for mark in marks:
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
+                _unmet_here(item, reason)
+                break
         names = tuple(name for mark in item.iter_markers("devstack") for name in mark.args)
         if devstack.missing(names):
             missing = ", ".join(devstack.missing(names))
-            item.add_marker(pytest.mark.skip(reason=f"needs {missing}, which this Python lacks"))
+            _unmet_here(item, f"needs {missing}, which this Python lacks")
+
+
+def pytest_runtest_setup(item):
+    """A test whose tier cannot run under OCIHOOK_REQUIRE_TIERS=1 fails, saying why."""
+    reason = _REQUIRED_UNMET.get(item.nodeid)
+    if reason:
+        pytest.fail(f"{REQUIRE_TIERS}=1 (make test runs every tier): {reason}", pytrace=False)

@@ -19,6 +19,7 @@ FILES = [
     "journald.txt",
     "dmesg.txt",
     "pasted.txt",
+    "fragments.txt",
     "truncated.txt",
 ]
 
@@ -107,6 +108,57 @@ def test_pasted_lines_with_quotes_wraps_and_crlf():
     assert first.scontext == "system_u:system_r:container_t:s0:c123,c456"
     assert result.events[1].avcs[0].tcontext == "system_u:object_r:container_file_t:s0:c7,c9"
     assert [u.reason for u in result.unreadable] == ["not an audit record"] * 2
+
+
+def test_pasted_fragments_without_header_or_avc_token_are_records():
+    """Denials as bug reports and policy PRs paste them: the access vector alone (no
+    `type=AVC msg=audit(...)`, no `avc:`), on one line, quoted, or wrapped over lines."""
+    result = parse(lines("fragments.txt"), now=NOW)
+    got = [(e.line, a.perms, a.tclass, a.fields.get("name") or a.fields.get("path"))
+           for e in result.events for a in e.avcs]  # fmt: skip
+    assert got == [
+        (4, ["read"], "file", "libsynth.so.1.2.3"),
+        (5, ["read", "write"], "chr_file", "synth0"),
+        (9, ["map"], "file", "/usr/lib64/libsynth-ml.so.4"),
+        (16, ["unlink"], "file", "btmp"),
+    ]
+    wrapped, quoted = result.events[2].avcs[0], result.events[3].avcs[0]
+    assert wrapped.scontext == "system_u:system_r:container_t:s0:c7,c9"
+    assert wrapped.tcontext == "system_u:object_r:container_file_t:s0:c123,c456"
+    assert wrapped.permissive is False and quoted.permissive is True
+    assert all(e.timestamp is None and e.serial is None for e in result.events)
+    assert result.records == 4
+    assert [u.line for u in result.unreadable] == [1, 2, 7, 14]  # the prose around them
+
+
+def test_fragment_forms_and_what_is_not_one():
+    """The header-less vector in every shape reports show, with the wrap right after `avc:`
+    rejoined to its header; `denied { ... }` in prose with no context is no record."""
+    context = "scontext=u:r:container_t:s0:c1,c2 tcontext=u:object_r:lib_t:s0 tclass=file"
+    text = [
+        f"denied {{ execute }} for pid=1 {context}",
+        f"granted  {{ setenforce }} for  pid=2 {context.replace('file', 'security')}",
+        "denied { read write",
+        f"}} for pid=3 {context}",
+        "type=AVC msg=audit(1764518400.500:77): avc:",
+        f"denied {{ open }} for pid=4 {context} permissive=0",
+        "the build was denied { by policy } for a week",
+        "Permission denied {x} for nothing",
+    ]
+    result = parse(text, now=NOW)
+    got = [(a.result, a.perms, e.serial) for e in result.events for a in e.avcs]
+    assert got == [
+        ("denied", ["execute"], None),
+        ("granted", ["setenforce"], None),
+        ("denied", ["read", "write"], None),
+        ("denied", ["open"], 77),
+    ]
+    assert [(u.line, u.reason) for u in result.unreadable] == [
+        (7, "not an audit record"),
+        (8, "not an audit record"),
+    ]
+    missing = parse([f"denied {{ read }} for pid=5 {context.split(' tclass')[0]}"], now=NOW)
+    assert [u.reason for u in missing.unreadable] == ["truncated record: AVC without tclass"]
 
 
 def test_journald_groups_records_without_serial():

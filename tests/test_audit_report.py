@@ -236,6 +236,33 @@ def test_input_without_audit_records_is_one_line_and_status_3(state):
     assert code == 3 and err == "ocihook: <stdin>: not audit records: 2 line(s), no audit record\n"
 
 
+def test_pasted_fragments_are_found_and_explained(state):
+    """tests/data/avc/fragments.txt: header-less denials as pasted in an issue (one a line,
+    wrapped, quoted) among prose; every one is a finding with its cause and fix, the prose
+    is counted on stderr, and the status is 1 (denials listed), not 3."""
+    code, out, err = invoke(
+        ["audit", "--json", "--all", "--state-dir", str(state), str(DATA / "fragments.txt")]
+    )
+    assert code == 1, err
+    report = json.loads(out)
+    got = [(f["target"], f["container"], f["cause"], f["fixes"][0]) for f in report["findings"]]
+    relabel = "ocihook selinux relabel /run/synth/driver"
+    assert got == [
+        ("libsynth.so.1.2.3", CID, "source-unlabelled", relabel),
+        ("synth0", CID, "device-type", "semodule -i /usr/share/selinux/packages/ocihook.pp"),
+        ("/usr/lib64/libsynth-ml.so.4", OTHER, "mcs-mismatch", relabel),
+        ("btmp", None, "not-ocihook", "allow container_t var_log_t:file { unlink };"),
+    ]  # fmt: skip
+    assert all(f["explanation"] for f in report["findings"])
+    assert err == "ocihook: warning: 4 of 16 line(s) are not audit records\n"
+    code, out = run("--state-dir", str(state), str(DATA / "fragments.txt"))
+    assert code == 1 and "3 related to ocihook" in out
+    # Prose that merely says "denied { ... } for" is still no audit record: status 3.
+    prose = "the merge was denied { again } for now\nhello\n"
+    code, out, err = invoke(["audit", "--state-dir", str(state), "-"], prose)
+    assert code == 3 and err == "ocihook: <stdin>: not audit records: 2 line(s), no audit record\n"
+
+
 def test_binary_lines_are_escaped_never_echoed(state):
     """The report lists a binary line among real records as printable ASCII escapes."""
     raw = b"\x1b]0;title\x07\xc3\xa9\\ok"

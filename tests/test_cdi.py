@@ -25,6 +25,7 @@ from ocihook.discover import build_plan
 from ocihook.errors import OcihookError
 from ocihook.request import parse_request
 from ocihook.roots import Roots
+from ocihook.selinux.label import get_label
 from tests.conftest import base_config
 from tests.support import hostile, podman, synthetic
 from tests.support.golden import golden_json
@@ -114,10 +115,16 @@ def test_spec_has_a_device_per_index_and_all_with_the_plans_files(cdi_config):
     symlinks, ldcache = edits["hooks"]
     assert symlinks["hookName"] == ldcache["hookName"] == "createContainer"
     assert symlinks["path"] == OCIHOOK and symlinks["env"], "hooks never inherit an env"
-    assert symlinks["args"][:3] == ["ocihook", "cdi-hook", "create-symlinks"]
+    # The config's `selinux.mode: auto` decided for this host: its links get the container's
+    # mount label where SELinux is enabled, else none (the spec says which).
+    label = "mount-label" if os.path.exists("/sys/fs/selinux/enforce") else "none"
+    assert symlinks["args"][:5] == [
+        "ocihook", "cdi-hook", "create-symlinks", "--selinux-label", label,
+    ]  # fmt: skip
     assert "libsynth.so.1.2.3::/usr/lib/x86_64-linux-gnu/libsynth.so.1" in symlinks["args"]
     assert ldcache["args"][2:] == [
-        "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--folder", "/usr/lib/x86_64-linux-gnu",
+        "update-ldcache", "--ld-writer", "ldconfig", "--ldconfig", "/sbin/ldconfig",
+        "--folder", "/usr/lib/x86_64-linux-gnu",
     ]  # fmt: skip
     cdispec.validate(spec)
 
@@ -129,16 +136,32 @@ def _spec_for_golden(config: Path, source_root: Path) -> dict:
     return json.loads(json.dumps(spec).replace(str(source_root), "<source>"))
 
 
-def test_synthetic_spec_matches_golden(cdi_config, synth_root):
-    """The spec is the finalized plan written down (tests/golden/cdi-synthetic.json). The
-    synthetic nodes are this machine's own char devices, whose numbers differ by kernel:
-    each node's numbers are checked against its host node, then left out of the golden."""
-    spec = _spec_for_golden(cdi_config, synth_root)
+FIXED_LABEL = "system_u:object_r:container_ro_file_t:s0"
+# The golden of each `selinux` section: the links' label choice is in the hook's arguments.
+# `mode: enabled` (what `auto` is on an SELinux host) keeps the goldens the same on any host.
+SELINUX_GOLDENS = {
+    "cdi-synthetic.json": {"mode": "enabled"},  # the container's mount label
+    "cdi-synthetic-selinux-disabled.json": {"mode": "disabled"},  # no label
+    "cdi-synthetic-fixed-label.json": {"mode": "enabled", "label": FIXED_LABEL},
+}
+
+
+@pytest.mark.parametrize("golden", SELINUX_GOLDENS)
+def test_synthetic_spec_matches_golden(tmp_path, synth_root, golden):
+    """The spec is the finalized plan written down (tests/golden/cdi-synthetic*.json), the
+    links' label as the config decided it among them: the container's mount label, none
+    (`selinux.mode: disabled`), a fixed `selinux.label`. The synthetic nodes are this
+    machine's own char devices, whose numbers differ by kernel: each node's numbers are
+    checked against its host node, then left out of the golden."""
+    config = tmp_path / "config.yaml"
+    settings = base_config(tmp_path, synth_root, selinux=SELINUX_GOLDENS[golden])
+    config.write_text(yaml.safe_dump(settings))
+    spec = _spec_for_golden(config, synth_root)
     for edits in [spec["containerEdits"]] + [d["containerEdits"] for d in spec["devices"]]:
         for node in edits.get("deviceNodes", []):
             rdev = os.stat(node["hostPath"].replace("<source>", str(synth_root))).st_rdev
             assert (node.pop("major"), node.pop("minor")) == (os.major(rdev), os.minor(rdev))
-    assert spec == golden_json(GOLDEN / "cdi-synthetic.json", spec)
+    assert spec == golden_json(GOLDEN / golden, spec)
 
 
 @pytest.mark.root
@@ -153,7 +176,8 @@ def test_nvidia_spec_matches_golden_with_the_mps_dir_writable(tmp_path):
     root = nvidia_tree(tmp_path / "driver")
     (root / "tmp/nvidia-mps").mkdir(parents=True)
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(synthetic.config(root, profile="nvidia")))
+    selinux = {"mode": "enabled"}  # the mount label on any host (auto: on SELinux hosts)
+    config.write_text(yaml.safe_dump(synthetic.config(root, profile="nvidia", selinux=selinux)))
     spec = _spec_for_golden(config, root)
     mounts = {m["containerPath"]: m["options"] for m in spec["containerEdits"]["mounts"]}
     assert mounts["/tmp/nvidia-mps"] == ["rw", "nosuid", "nodev", "bind", "noexec"]
@@ -368,6 +392,103 @@ def test_hostile_lib_dir_symlink_stays_in_the_rootfs(cdi_config, kind, tmp_path,
     assert result.stdout.strip() == "libsynth.so.1.2.3"  # made inside the container
 
 
+# -- the spec's decision, carried out --------------------------------------------------------
+
+LABEL_WRAPPER = Path(__file__).parent / "support/hook_with_label.py"
+MOUNT_LABEL = "system_u:object_r:container_file_t:s0:c12,c34"
+LINK = "/usr/lib/x86_64-linux-gnu/libsynth.so.1"
+
+
+def _hooks_see_a_mount_label(path: Path, legacy: bool = False) -> None:
+    """Stand-in for an SELinux host's podman: no SELinux LSM runs here, so podman puts no
+    linux.mountLabel in config.json. The spec's hooks are run through
+    tests/support/hook_with_label.py, which hands the real `ocihook cdi-hook` a copy of
+    config.json with MOUNT_LABEL. With `legacy`, the hooks' arguments are those of the
+    previous release's spec: no --selinux-label, no --ld-writer."""
+    spec = yaml.safe_load(path.read_text())
+    for hook in spec["containerEdits"]["hooks"]:
+        args = hook["args"][1:]
+        for option in ("--selinux-label", "--ld-writer"):
+            if legacy and option in args:
+                at = args.index(option)
+                del args[at : at + 2]
+        hook["args"] = ["python3", str(LABEL_WRAPPER), hook["path"], MOUNT_LABEL, *args]
+        hook["path"] = sys.executable
+    path.write_text(yaml.safe_dump(spec))
+
+
+def _link_in(image: str, device: str) -> tuple[str | None, list[str], str]:
+    """(the label of LINK as cdi-hook left it in a running container, its xattrs, what the
+    container's ld cache says of libsynth.so.1), read from the host through /proc/PID/root."""
+    name = podman.unique_name("ocihook-cdi-label")
+    started = podman.run(
+        image, ["/bin/sleep", "60"], extra=["-d", "--name", name, "--device", device]
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        pid = subprocess.run(
+            ["podman", "inspect", "-f", "{{.State.Pid}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        link = f"/proc/{pid}/root{LINK}"
+        assert os.readlink(link) == "libsynth.so.1.2.3"
+        cache = Path(f"/proc/{pid}/root/etc/ld.so.cache")
+        indexed = "cached" if cache.exists() and b"libsynth.so.1" in cache.read_bytes() else "no"
+        return get_label(link), os.listxattr(link, follow_symlinks=False), indexed
+    finally:
+        podman.remove(name)
+
+
+@pytest.mark.parametrize(
+    "selinux, label",
+    [
+        ({"mode": "disabled"}, None),
+        ({"mode": "enabled", "label": FIXED_LABEL}, FIXED_LABEL),
+        ({"mode": "enabled"}, MOUNT_LABEL),
+    ],
+    ids=["disabled", "fixed-label", "mount-label"],
+)
+def test_links_are_labelled_as_the_generating_config_decided(
+    tmp_path, synth_root, kind, image_debian, selinux, label
+):
+    """cdi-hook carries out the spec's decision, whatever the container's mount label: a
+    spec from a config with `selinux.mode: disabled` leaves the links unlabelled (no
+    security.selinux xattr written) though the container has a mount label; one with a
+    fixed `selinux.label` gives them that label; otherwise they get the mount label."""
+    config = tmp_path / "config.yaml"
+    tmp_path.chmod(0o755)
+    config.write_text(yaml.safe_dump(base_config(tmp_path, synth_root, selinux=selinux)))
+    path = install(config, kind)
+    _hooks_see_a_mount_label(path)
+    got, xattrs, cache = _link_in(image_debian, f"{kind[0]}=0")
+    assert got == label
+    assert ("security.selinux" in xattrs) == (label is not None), xattrs
+    assert cache == "cached"  # --ld-writer ldconfig: the sandboxed ldconfig ran
+
+
+def test_a_spec_of_the_previous_release_keeps_its_behaviour(cdi_config, kind, image_debian):
+    """A spec whose hooks say no decision (the previous release's arguments): the default
+    config decides at container start, as then: the mount label where SELinux is enabled,
+    else none; the ld cache written."""
+    path = install(cdi_config, kind)
+    _hooks_see_a_mount_label(path, legacy=True)
+    args = [h["args"] for h in yaml.safe_load(path.read_text())["containerEdits"]["hooks"]]
+    assert not any("--selinux-label" in a or "--ld-writer" in a for a in args)
+    got, _, cache = _link_in(image_debian, f"{kind[0]}=0")
+    assert got == (MOUNT_LABEL if os.path.exists("/sys/fs/selinux/enforce") else None)
+    assert cache == "cached"
+
+
+def test_ld_cache_off_in_the_config_means_no_ld_cache_hook(tmp_path, synth_root):
+    config = tmp_path / "config.yaml"
+    settings = base_config(tmp_path, synth_root, ldconfig={"enabled": False})
+    config.write_text(yaml.safe_dump(settings))
+    hooks = generate(config)["containerEdits"]["hooks"]
+    assert [h["args"][2] for h in hooks] == ["create-symlinks"]
+
+
 # -- cdi-hook input -------------------------------------------------------------------------
 
 
@@ -381,6 +502,15 @@ def test_cdi_hook_bad_input_is_one_line(tmp_path):
     bad = ocihook("cdi-hook", "create-symlinks", "--link", "relative", stdin=b"{}", env=env)
     assert bad.returncode == 1
     assert bad.stderr.decode().startswith("ocihook: --link 'relative'")
+    label = ocihook(
+        "cdi-hook", "create-symlinks", "--selinux-label", "container_t", "--link", "a::/x/a",
+        stdin=b"{}", env=env,
+    )  # fmt: skip
+    assert label.returncode == 1
+    assert label.stderr.decode() == (
+        "ocihook: --selinux-label 'container_t': expected none, mount-label or an SELinux "
+        "context (user:role:type:level)\n"
+    )
     state = json.dumps(hostile.state(str(tmp_path), 0, None)).encode()
     (tmp_path / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
     nopid = ocihook("cdi-hook", "update-ldcache", "--folder", "/usr/lib", stdin=state, env=env)

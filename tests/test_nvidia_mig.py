@@ -305,6 +305,9 @@ def test_cdi_spec_names_every_gpu_and_mig_device_as_nvidias_generator_does(tmp_p
     import sys
 
     config, host = setup(tmp_path)
+    settings = yaml.safe_load(config.read_text())
+    settings["selinux"] = {"mode": "enabled"}  # the links' label choice alike on every host
+    config.write_text(yaml.safe_dump(settings))
     result = subprocess.run(
         [sys.executable, "-m", "ocihook.cli", "cdi", "generate", "--config", str(config)]
         + ["--format", "json", "--hook-path", "/usr/bin/ocihook"],

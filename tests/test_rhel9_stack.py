@@ -9,6 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support import py39
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +45,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.py39
 def test_the_rhel9_tier_runs_exactly_the_rhel9_stack():
     result = subprocess.run(
         [str(py39.python()), "-c", STACK, *PINS], capture_output=True, text=True, check=False

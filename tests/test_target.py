@@ -14,7 +14,19 @@ import pytest
 from ocihook.config import DEFAULTS
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode, Link, Mount, Plan, finalize
-from ocihook.target import CLI, CONTAINER, STATIC, Target, decide, lib_dir32_for, probe_lib_dir
+from ocihook.target import (
+    CLI,
+    CONTAINER,
+    MOUNT_LABEL,
+    NO_LABEL,
+    STATIC,
+    Target,
+    carried_decision,
+    decide,
+    label_choice,
+    lib_dir32_for,
+    probe_lib_dir,
+)
 
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
 
@@ -185,6 +197,35 @@ def test_file_label_rules():
     disabled = _config(selinux={"mode": "disabled", "label": label})
     assert decide(disabled, container, _plan()).file_label is None
     assert decide(_config(selinux={"label": label}), Target(CLI), _plan()).file_label == label
+
+
+def test_label_choice_is_what_a_cdi_spec_carries(tmp_path):
+    """`cdi generate` has no container, hence no mount label: the choice it writes into the
+    spec says which label the links get (none, the mount label, a fixed one), and
+    carried_decision turns it into the file label for the container at hand, reading no
+    config; the ld cache writer goes through as the spec says."""
+    label = "system_u:object_r:container_ro_file_t:s0"
+    static = Target(STATIC)
+    assert label_choice(_config()["selinux"], static) == NO_LABEL  # auto, no SELinux here
+    assert label_choice(_config(selinux={"mode": "enabled"})["selinux"], static) == MOUNT_LABEL
+    fixed = _config(selinux={"mode": "enabled", "label": label})["selinux"]
+    assert label_choice(fixed, static) == label
+    off = _config(selinux={"mode": "disabled", "label": label})["selinux"]
+    assert label_choice(off, static) == NO_LABEL
+    mount_label = "system_u:object_r:container_file_t:s0:c1,c2"
+    container = Target(STATIC, False, mount_label, None, True)
+    assert carried_decision(NO_LABEL, None, container).file_label is None
+    assert carried_decision(MOUNT_LABEL, None, container).file_label == mount_label
+    assert carried_decision(label, None, container).file_label == label
+    assert carried_decision(MOUNT_LABEL, None, Target(STATIC)).file_label is None
+    cache = carried_decision(NO_LABEL, "ldconfig", container)
+    assert (cache.ld_writer, cache.probe, cache.device_cgroup) == ("ldconfig", ("glibc",), False)
+    root_fd = os.open(tmp_path, os.O_PATH)
+    try:
+        assert cache.in_image(root_fd).ld_writer is None  # no glibc loader in an empty root
+    finally:
+        os.close(root_fd)
+    assert carried_decision(NO_LABEL, None, container).probe == ()
 
 
 def test_lib_dir32_beside_the_64_bit_dir():

@@ -1,4 +1,5 @@
-"""Parse audit text in the forms users have: audit.log, ausearch (raw and -i), journald, dmesg.
+"""Parse audit text in the forms users have: audit.log, ausearch (raw and -i), journald, dmesg,
+and denials pasted without their header (`denied { ... } for ... tclass=...`, no `avc:`).
 
 Input is lines of bytes or text. Records are grouped into events by (node, time, serial); an
 event keeps its AVC/USER_AVC denials with the SYSCALL, PATH, CWD and PROCTITLE records that
@@ -42,7 +43,14 @@ _RAW_HEADER = re.compile(
 _KERNEL_HEADER = re.compile(r"audit:\s+type=(?P<type>\d+)\s+audit\((?P<stamp>[^)]*)\)\s*:\s?")
 _JOURNAL_HEADER = re.compile(r"\baudit(?:\[(?P<pid>\d+)\])?:\s+(?P<type>[A-Z][A-Z_]+)\s")
 _BARE_AVC = re.compile(r"avc:\s+(?:denied|granted)\s+\{")
-_AVC_BODY = re.compile(r"avc:\s+(?P<result>denied|granted)\s+\{(?P<perms>[^}]*)\}\s*(?:for\b)?")
+# A denial as pasted in bug reports and policy PRs: no header and no `avc:` token, the
+# access vector alone (`denied { unlink } for pid=... scontext=... tclass=file`); its
+# permission list closed and followed by `for`, or wrapped to the next line.
+_FRAGMENT_AVC = re.compile(r"(?<![\w:-])(?:denied|granted)\s+\{(?:[^}]*\}\s*for\b|[^}]*$)")
+_AVC_BODY = re.compile(
+    r"(?:\bavc:\s+|(?<![\w:-]))(?P<result>denied|granted)\s+\{(?P<perms>[^}]*)\}\s*(?:for\b)?"
+)
+_AVC_START = re.compile(r"(?:\bavc:\s+|(?<![\w:-]))(?:denied|granted)\s+\{")
 _RAW_STAMP = re.compile(r"^(?P<secs>\d+)\.(?P<frac>\d+):(?P<serial>\d+)$")
 _INTERPRETED_STAMP = re.compile(
     r"^(?P<mon>\d\d)/(?P<day>\d\d)/(?P<year>\d{4}|\d\d) (?P<hms>\d\d:\d\d:\d\d)"
@@ -95,7 +103,9 @@ class Record:
     fields: dict[str, str] = field(default_factory=dict)
     enriched: dict[str, str] = field(default_factory=dict)
     avc: Avc | None = None
-    form: str = "raw"  # raw, interpreted (ausearch -i), kernel (dmesg), journal, bare
+    # raw, interpreted (ausearch -i), kernel (dmesg), journal, bare (`avc:` without an
+    # audit header), fragment (the access vector alone, as pasted)
+    form: str = "raw"
 
 
 @dataclass
@@ -193,7 +203,7 @@ def parse_avc(body: str, decode_hex: bool = True) -> Avc | None:
     """The AVC in `body` (`avc:  denied { ... } for ...`), None when it holds no access vector."""
     match = _AVC_BODY.search(body)
     if not match:
-        if re.search(r"avc:\s+(?:denied|granted)", body):
+        if re.search(r"avc:\s+(?:denied|granted)", body) or _AVC_START.search(body):
             raise _Incomplete("AVC without a complete { permissions } list")
         return None
     fields, _ = split_fields(body[match.end() :], decode_hex)
@@ -281,6 +291,7 @@ def _find_header(text: str) -> tuple[str, re.Match[str]] | None:
         ("kernel", _KERNEL_HEADER),
         ("journal", _JOURNAL_HEADER),
         ("bare", _BARE_AVC),
+        ("fragment", _FRAGMENT_AVC),
     ):
         match = pattern.search(text)
         if match:
@@ -318,8 +329,10 @@ def parse_record(
         body = raw_part[match.end() :]
     else:
         rtype = "AVC"
-        timestamp = _prefix_time(text[: match.start()], now)
         body = raw_part[match.start() :]
+        if form == "fragment" and not any(k in body for k in ("scontext=", "tcontext=", "tclass=")):
+            return None  # "denied { ... } for" in prose: no context of an access vector
+        timestamp = _prefix_time(text[: match.start()], now)
     decode_hex = form != "interpreted"
     record = Record(rtype, source, line, timestamp, serial, node, form=form)
     if rtype == "PROCTITLE" and form == "interpreted":
@@ -342,7 +355,7 @@ def _record_type(text: str) -> str | None:
     if not found:
         return None
     form, match = found
-    return "AVC" if form == "bare" else TYPE_NUMBERS.get(match["type"], match["type"])
+    return "AVC" if form in ("bare", "fragment") else TYPE_NUMBERS.get(match["type"], match["type"])
 
 
 def _incomplete(text: str, rtype: str) -> bool:
@@ -351,7 +364,9 @@ def _incomplete(text: str, rtype: str) -> bool:
         body = text.split("msg='", 1)[-1]
         return "'" not in body or "tclass=" not in body
     if rtype == "AVC":
-        return "avc:" in text and ("}" not in text or "tclass=" not in text)
+        if text.rstrip().endswith("avc:"):
+            return True  # wrapped right after the token
+        return bool(_AVC_START.search(text)) and ("}" not in text or "tclass=" not in text)
     if rtype == "SYSCALL":
         return " key=" not in text
     return rtype == "PROCTITLE"
@@ -360,7 +375,10 @@ def _incomplete(text: str, rtype: str) -> bool:
 def _continues(pending: str, text: str) -> bool:
     """Whether `text` is the hard-wrapped rest of the record line `pending`."""
     rtype = _record_type(pending)
-    if rtype is None or _find_header(text) or _RECORD_START.search(text):
+    if rtype is None:
+        return False
+    vector_next = rtype == "AVC" and pending.rstrip().endswith("avc:")
+    if (_find_header(text) or _RECORD_START.search(text)) and not vector_next:
         return False
     if _ALL_FIELDS.match(text) and rtype in AVC_TYPES:
         return True  # word-wrapped trailing fields (permissive=0, trawcon=...)
@@ -377,7 +395,7 @@ def _join(pending: str, text: str) -> str:
     last = words[-1] if words else ""
     if _HEX.match(text) and _HEX.match(last.split("=")[-1]):
         return pending + text
-    at_token = bool(_KEY.match(text)) or text[:1] in "{}"
+    at_token = bool(_KEY.match(text)) or text[:1] in "{}" or pending.endswith("avc:")
     partial_key = "}" in pending and "=" not in last and last not in ("}", "for")
     open_quote = last.count('"') % 2 == 1
     return pending + (" " if at_token and not partial_key and not open_quote else "") + text

@@ -93,7 +93,7 @@ def generate(
     from ocihook.plan import executor_view, finalize
     from ocihook.request import parse_request
     from ocihook.roots import Roots
-    from ocihook.target import STATIC, Target, decide
+    from ocihook.target import STATIC, Target, decide, label_choice
 
     if as_json and fmt not in (None, "json"):
         raise usage_error(f"--json is --format json: not with --format {fmt}")
@@ -107,10 +107,16 @@ def generate(
     with Roots(config["source_root"], config["device_root"]) as roots:
         request = parse_request("all", "cdi generate")
         plan = build_plan(config, roots, request, verify=True, describe="strict")
-    plan = finalize(plan, decide(config, Target(STATIC, lib_dir=lib_dir), plan))
+    target = Target(STATIC, lib_dir=lib_dir)
+    plan = finalize(plan, decide(config, target, plan))
     profile = config["profile"]
     kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
-    spec = cdispec.build_spec(executor_view(plan), kind, hook_path, config["ldconfig"]["path"])
+    from ocihook.cdi.hooks import parse_label
+
+    label = parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it
+    spec = cdispec.build_spec(
+        executor_view(plan), kind, hook_path, config["ldconfig"]["path"], label
+    )
     cdispec.validate(spec)
     if output != "-" and os.path.isdir(output):
         output = os.path.join(output, kind.replace("/", "_") + "." + (fmt or "yaml"))
@@ -144,13 +150,24 @@ def cdi_hook() -> None:
     required=True,
     help="TARGET::LINK: create the symlink LINK (absolute, in the container) pointing to TARGET.",
 )
-def create_symlinks(links: tuple[str, ...]) -> None:
+@click.option(
+    "--selinux-label",
+    "label",
+    default=None,
+    metavar="none|mount-label|LABEL",
+    help="The label of the links, as the config that generated the spec decided: none, the "
+    "container's mount label, or a fixed SELinux context [not given (a spec of an earlier "
+    "release): the default config's, the mount label where SELinux is enabled].",
+)
+def create_symlinks(links: tuple[str, ...], label: str | None) -> None:
     """Create soname links in the container (an identical existing link is kept; an image
     file in the way fails the container)."""
     from ocihook.cdi import hooks
 
     parsed = [hooks.parse_link(value) for value in links]
-    hooks.create_symlinks(hooks.read_container(), parsed)
+    choice = hooks.parse_label(label)
+    kwargs = {} if choice is None else {"label": choice}
+    hooks.create_symlinks(hooks.read_container(), parsed, **kwargs)
 
 
 @cdi_hook.command("update-ldcache")
@@ -168,8 +185,17 @@ def create_symlinks(links: tuple[str, ...]) -> None:
     show_default=True,
     help="The host's static ldconfig, run sandboxed in the rootfs.",
 )
-def update_ldcache(folders: tuple[str, ...], ldconfig_path: str) -> None:
+@click.option(
+    "--ld-writer",
+    type=click.Choice(["ldconfig", "none"]),
+    default=None,
+    help="Whether the ld cache is written (by the sandboxed ldconfig), as the config that "
+    "generated the spec decided [not given (a spec of an earlier release): the default "
+    "config's, ldconfig].",
+)
+def update_ldcache(folders: tuple[str, ...], ldconfig_path: str, ld_writer: str | None) -> None:
     """Update the container's ld cache for FOLDERs (glibc images; others are left alone)."""
     from ocihook.cdi import hooks
 
-    hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders))
+    kwargs = {} if ld_writer is None else {"ld_writer": None if ld_writer == "none" else ld_writer}
+    hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders), **kwargs)

@@ -5,8 +5,14 @@ The runtime runs createContainer hooks in the container's mount namespace before
 pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
 state.py validates the state and config.json, securepath.py resolves every path in the
 rootfs by fd, apply.ContainerWriter creates the links (never in a host-shared directory,
-an image file in the way is an error, labelled with the container's mount label under
-SELinux), and ldcache.py runs the host's static ldconfig sandboxed in the rootfs.
+an image file in the way is an error, labelled as the spec says), and ldcache.py runs the
+host's static ldconfig sandboxed in the rootfs.
+
+What to do was decided when the spec was generated, from its config (target.decide for a
+static target): each command's arguments carry it (`--selinux-label none|mount-label|LABEL`,
+`--ld-writer ldconfig|none`) and no config or default is read at container start. A spec
+written by an earlier release has neither argument: for it the defaults' `selinux` and
+`ldconfig` sections decide, as that release did.
 Run from outside the container (createRuntime or prestart) they join its mount namespace
 first, exactly as the hook does.
 """
@@ -14,6 +20,7 @@ first, exactly as the hook does.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from ocihook import apply, ldcache, mountinfo
@@ -22,7 +29,18 @@ from ocihook.elf import open_static_executable
 from ocihook.errors import OcihookError
 from ocihook.plan import PLACEHOLDER_LIB_DIR, Link, Plan
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
-from ocihook.target import STATIC, Decision, Target, decide
+from ocihook.target import (
+    MOUNT_LABEL,
+    NO_LABEL,
+    STATIC,
+    Decision,
+    Target,
+    carried_decision,
+    decide,
+)
+
+# An SELinux context as the config's `selinux.label` (ocihook/schema.json) may be one.
+_LABEL_RE = re.compile(r"[a-z0-9_]+:[a-z0-9_]+:[a-z0-9_]+:s[0-9][^\s\0]*")
 
 
 def read_container(stdin=None) -> Container:
@@ -38,6 +56,17 @@ def parse_link(value: str) -> Link:
     if os.path.normpath(link) in ("/", "//"):
         raise OcihookError(f"--link {value!r}: the link cannot be the root")
     return Link(os.path.normpath(link), target)
+
+
+def parse_label(value: str | None) -> str | None:
+    """--selinux-label: none, mount-label (the container's mount label) or a fixed SELinux
+    context; None (not given: a spec of an earlier release) stays None."""
+    if value is None or value in (NO_LABEL, MOUNT_LABEL) or _LABEL_RE.fullmatch(value):
+        return value
+    raise OcihookError(
+        f"--selinux-label {value!r}: expected {NO_LABEL}, {MOUNT_LABEL} or an SELinux "
+        "context (user:role:type:level)"
+    )
 
 
 def _mnt_ns(pid: int | str) -> int:
@@ -100,12 +129,31 @@ class _Rootfs:
         os.close(self.fd)
 
 
-def _decision(container: Container, links: list[Link], folders: list[str]) -> Decision:
-    """What target.decide decides for the part of the spec's plan that a cdi-hook command
-    carries out (its links, its ld cache dirs) in this container: the label of what it
-    creates (the container's mount label under SELinux), whether the ld cache is updated
-    (the sandboxed ldconfig; left to the image's loader). cdi-hook takes no config: the
-    defaults' `selinux` and `ldconfig` sections."""
+# The arguments of a spec from an earlier release, which carries no decision.
+LEGACY = object()
+
+
+def _decision(
+    container: Container,
+    links: list[Link],
+    folders: list[str],
+    label: object = LEGACY,
+    ld_writer: object = LEGACY,
+) -> Decision:
+    """The decision for the part of the spec's plan that a cdi-hook command carries out (its
+    links, its ld cache dirs) in this container: the label of what it creates and whether
+    the ld cache is updated (the sandboxed ldconfig; left to the image's loader). The spec's
+    arguments say both (`label`: target.label_choice's choice, `ld_writer`: the decided
+    writer or None), read by target.carried_decision for this container's mount label.
+    Where the spec says nothing (LEGACY: a spec of an earlier release), target.decide with
+    the defaults' `selinux` and `ldconfig` sections decides, as that release did."""
+    target = Target(STATIC, container.userns, container.mount_label, None, True)
+    if label is not LEGACY or ld_writer is not LEGACY:
+        return carried_decision(
+            NO_LABEL if label is LEGACY else label,  # type: ignore[arg-type]
+            None if ld_writer is LEGACY else ld_writer,  # type: ignore[arg-type]
+            target,
+        )
     plan = Plan(
         profile="cdi",
         source_root="/",
@@ -115,14 +163,14 @@ def _decision(container: Container, links: list[Link], folders: list[str]) -> De
         links=links,
         ld_dirs=folders,
     )
-    target = Target(STATIC, container.userns, container.mount_label, None, True)
     return decide(DEFAULTS, target, plan)
 
 
-def create_symlinks(container: Container, links: list[Link]) -> int:
-    """Create each link in the rootfs; an existing identical link is fine. Returns how many
-    were created or changed. All or nothing: a failure undoes what this call did."""
-    label = _decision(container, links, []).file_label
+def create_symlinks(container: Container, links: list[Link], label: object = LEGACY) -> int:
+    """Create each link in the rootfs, labelled as the spec's label choice (`label`) says
+    for this container; an existing identical link is fine. Returns how many were created
+    or changed. All or nothing: a failure undoes what this call did."""
+    label = _decision(container, links, [], label=label).file_label
     rootfs = _Rootfs(container)
     try:
         uid, gid = rootfs.ids()
@@ -140,13 +188,18 @@ def create_symlinks(container: Container, links: list[Link]) -> int:
         rootfs.close()
 
 
-def update_ldcache(container: Container, ldconfig_path: str, folders: list[str]) -> bool:
-    """Run the host's ldconfig sandboxed in the rootfs for `folders`; False when the image
-    has no glibc loader (an ld cache means nothing there)."""
+def update_ldcache(
+    container: Container, ldconfig_path: str, folders: list[str], ld_writer: object = LEGACY
+) -> bool:
+    """Run the host's ldconfig sandboxed in the rootfs for `folders` when the spec's ld
+    cache choice (`ld_writer`) says so; False when it does not, or when the image has no
+    glibc loader (an ld cache means nothing there)."""
     for folder in folders:
         if not folder.startswith("/") or "\0" in folder:
             raise OcihookError(f"--folder {folder!r}: must be an absolute path")
-    decision = _decision(container, [], folders)
+    decision = _decision(container, [], folders, ld_writer=ld_writer)
+    if decision.ld_writer is None:
+        return False
     ldconfig_fd = open_static_executable(ldconfig_path, "ldconfig")
     try:
         rootfs = _Rootfs(container)

@@ -6,7 +6,9 @@ The spec is rendered from the plan's executor view (`plan.executor_view`, what `
 bind mounts with the plan's flags (read-only, but for a directory the profile mounts
 writable), the device nodes with the plan's modes and cgroup access, and two
 createContainer hooks that run `ocihook cdi-hook` for the soname links and the ld cache (see
-ocihook/cdi/hooks.py).
+ocihook/cdi/hooks.py), whose arguments carry what was decided for them: the links' label
+choice (target.label_choice: none, the container's mount label, a fixed label) and the ld
+cache writer.
 """
 
 from __future__ import annotations
@@ -80,15 +82,16 @@ def _node(d: dict) -> dict:
     }
 
 
-def _hooks(view: dict, hook_path: str, ldconfig_path: str) -> list[dict]:
+def _hooks(view: dict, hook_path: str, ldconfig_path: str, label: str) -> list[dict]:
     hooks = []
     if view["links"]:
-        args = ["ocihook", "cdi-hook", "create-symlinks"]
+        args = ["ocihook", "cdi-hook", "create-symlinks", "--selinux-label", label]
         for link in view["links"]:
             args += ["--link", f"{link['points_to']}::{link['target']}"]
         hooks.append(_hook(hook_path, args))
     if view["ldconfig"] and view["ld_dirs"]:
-        args = ["ocihook", "cdi-hook", "update-ldcache", "--ldconfig", ldconfig_path]
+        args = ["ocihook", "cdi-hook", "update-ldcache", "--ld-writer", view["ld_writer"]]
+        args += ["--ldconfig", ldconfig_path]
         for folder in view["ld_dirs"]:
             args += ["--folder", folder]
         hooks.append(_hook(hook_path, args))
@@ -105,14 +108,15 @@ def _hook(path: str, args: list[str]) -> dict:
     }
 
 
-def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str) -> dict:
+def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label: str) -> dict:
     """The spec for the executor view (`plan.executor_view`) of a finalized plan of every
     device (request "all", described: `build_plan(..., describe="strict")`): shared edits
     (mounts, control nodes, hooks) at the top; one device per index with its nodes, named
     by the index and, where the host has one, by the GPU's UUID (`GPU-...`); one per MIG
     device with its GPU's nodes and its two cap nodes, named `G:M` and `MIG-...`, as
     NVIDIA's generator names them (device plugins ask for these names); and `all`, every
-    index's nodes (the hook's `all`: whole devices, no MIG device)."""
+    index's nodes (the hook's `all`: whole devices, no MIG device). `label` is the links'
+    label choice (target.label_choice), written into their hook's arguments."""
     by_path = {d["path"]: _node(d) for d in view["devices"]}
     whole = [d for d in view["device_list"] if "gi" not in d]
     devices = []
@@ -136,7 +140,7 @@ def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str) -> dic
     edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
-    hooks = _hooks(view, hook_path, ldconfig_path)
+    hooks = _hooks(view, hook_path, ldconfig_path, label)
     if hooks:
         edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}

@@ -679,6 +679,129 @@ def fixed(runtime: str):
     return smi_ok(result)
 
 
+# cdi-hook carries out the spec's decision: a spec from a config with SELinux disabled makes
+# its links without writing a label, one from a config with SELinux on gives them the mount
+# label. Every xattr syscall of the cdi-hook processes (comm "ocihook") is audited, so
+# "no label written" is seen, not inferred from the label the kernel gave the new link.
+XATTR_KEY = "ocihook-cdi-xattr"
+XATTR_RULE = ["always,exit", "-F", "arch=b64", "-S", "setxattr", "-S", "lsetxattr"]
+XATTR_RULE += ["-S", "fsetxattr", "-k", XATTR_KEY]
+CDI_CASES = {"disabled": ("none", False), "enabled": ("mount-label", True)}
+
+
+def _hook_xattr_calls(start: int, end: int) -> list[str]:
+    """The audited xattr syscalls of cdi-hook processes in the audit log's [start, end)."""
+    data = AUDIT_LOG.read_bytes()[start:end].decode(errors="replace")
+    return [
+        line
+        for line in data.splitlines()
+        if "type=SYSCALL " in line and f'key="{XATTR_KEY}"' in line and 'comm="ocihook"' in line
+    ]
+
+
+def _cdi_container(mode: str, runtime: str) -> dict:
+    """Generate a spec from a config with `selinux.mode: MODE`, start a container with its
+    device 0, and read back what the links got."""
+    kind = f"ocihook.io/enforcing-{mode}"
+    config = Path(f"/etc/ocihook/cdi-{mode}.yaml")
+    config.write_text(
+        json.dumps(
+            {
+                "profile": "synthetic",
+                "source_root": str(DRIVER),
+                "device_root": str(DRIVER),
+                "selinux": {"mode": mode},
+            }
+        )
+        + "\n"
+    )
+    spec_path = Path("/etc/cdi") / (kind.replace("/", "_") + ".json")
+    spec_path.parent.mkdir(exist_ok=True)
+    made = sh(
+        ["ocihook", "cdi", "generate", "--config", str(config), "--kind", kind]
+        + ["--lib-dir", "/usr/lib64", "--output", str(spec_path)]
+    )
+    seen: dict = {"generate": made.returncode, "generate_err": made.stderr.strip()[-300:]}
+    name = f"ocihook-enforcing-cdi-{mode}-{runtime}"
+    sh(["podman", "rm", "-f", name])
+    start = AUDIT.mark()
+    try:
+        if made.returncode != 0:
+            return seen
+        spec = json.loads(spec_path.read_text())
+        args = [h["args"] for h in spec["containerEdits"]["hooks"]]
+        seen["symlinks_args"] = args[0][:5]
+        started = sh(
+            ["podman", "--runtime", runtime, "run", "-d", "--name", name, *RUN_FLAGS]
+            + ["--device", f"{kind}=0", f"localhost/{IMAGE_NAME}:latest", "sleep", "300"]
+        )
+        seen["run"] = started.returncode
+        seen["run_err"] = started.stderr.strip()[-300:]
+        if started.returncode != 0:
+            return seen
+        fmt = "{{.State.Pid}} {{.MountLabel}}"
+        pid, seen["mount_label"] = sh(["podman", "inspect", "-f", fmt, name]).stdout.split()
+        link = f"/proc/{pid}/root/usr/lib64/libsynth.so.1"
+        seen["link"] = os.readlink(link) if os.path.islink(link) else None
+        seen["link_label"] = label_of(link)
+        smi = sh(["podman", "exec", name, "/usr/bin/synth-smi"])
+        seen["smi"] = smi.returncode
+        seen["smi_loaded"] = "loaded from /usr/lib64/libsynth.so.1" in smi.stdout + smi.stderr
+        return seen
+    finally:
+        sh(["podman", "rm", "-f", "-t", "0", name])
+        seen["xattr_calls"] = _hook_xattr_calls(start, AUDIT.mark())
+        spec_path.unlink(missing_ok=True)
+        config.unlink(missing_ok=True)
+
+
+def cdi_hook_decision(runtime: str):
+    """A CDI spec (podman --device KIND=0) from a config with SELinux disabled: its
+    create-symlinks hook says `--selinux-label none`, the links are made and used (the
+    library loads through them) and cdi-hook writes no label (no xattr syscall of it is
+    audited); the contrast, a spec from a config with SELinux enabled: `mount-label`, the
+    hook labels the links (audited) with the container's mount label. Zero AVC."""
+    added = sh(["auditctl", "-a", *XATTR_RULE])
+    if added.returncode != 0:
+        return False, f"auditctl -a: {added.stderr.strip()}"
+    seen = {}
+    try:
+        for mode in CDI_CASES:
+            seen[mode] = _cdi_container(mode, runtime)
+    finally:
+        sh(["auditctl", "-d", *XATTR_RULE])
+    save_evidence(".json", json.dumps(seen, indent=2))
+    wrong = []
+    for mode, (choice, labelled) in CDI_CASES.items():
+        got = seen[mode]
+        expect_args = ["ocihook", "cdi-hook", "create-symlinks", "--selinux-label", choice]
+        if got.get("symlinks_args") != expect_args:
+            wrong.append(f"{mode}: hook args {got.get('symlinks_args')}, {got.get('generate_err')}")
+            continue
+        if got.get("run") != 0 or got.get("link") != "libsynth.so.1.2.3":
+            wrong.append(
+                f"{mode}: run rc={got.get('run')} {got.get('run_err')} link {got.get('link')}"
+            )
+            continue
+        if got.get("smi") != 0 or not got.get("smi_loaded"):
+            wrong.append(f"{mode}: synth-smi rc={got.get('smi')}, library not loaded via the link")
+        if labelled and (not got["xattr_calls"] or got["link_label"] != got["mount_label"]):
+            wrong.append(
+                f"{mode}: {len(got['xattr_calls'])} label writes, link {got['link_label']}, "
+                f"mount label {got['mount_label']}"
+            )
+        if not labelled and got["xattr_calls"]:
+            wrong.append(f"{mode}: cdi-hook wrote {len(got['xattr_calls'])} xattr(s)")
+    disabled, enabled = seen["disabled"], seen["enabled"]
+    detail = (
+        f"selinux disabled: --selinux-label none, {len(disabled.get('xattr_calls', []))} label "
+        f"writes, link {disabled.get('link_label')} (the kernel's); enabled: mount-label, "
+        f"{len(enabled.get('xattr_calls', []))} label write(s) (on a context= rootfs: "
+        f"EOPNOTSUPP), link {enabled.get('link_label')}"
+    )
+    return not wrong, detail if not wrong else "; ".join(wrong)
+
+
 def demo(runtime: str):
     result = sh(["make", "-o", "venv", "demo", "VPY=/usr/bin/python3"], 900, cwd=SRC)
     save("demo.out", result.stdout + result.stderr)
@@ -703,6 +826,7 @@ CHECKS = (
         per_runtime=True,
         stand_in_denials=FAKE_MAJOR_MODULE_REQUEST,
     ),
+    Check("cdi-hook-decision", cdi_hook_decision, per_runtime=True),
     Check("host-root-driver", host_root_driver),
     Check("broken-source-check-error", broken_error),
     Check("broken-source-check-warn", broken_warn, denials_expected=True),
