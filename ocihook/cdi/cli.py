@@ -111,9 +111,7 @@ def generate(
     plan = finalize(plan, decide(config, target, plan))
     profile = config["profile"]
     kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
-    from ocihook.cdi.hooks import parse_label
-
-    label = parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it
+    label = cdispec.parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it
     spec = cdispec.build_spec(
         executor_view(plan), kind, hook_path, config["ldconfig"]["path"], label
     )
@@ -163,9 +161,10 @@ def create_symlinks(links: tuple[str, ...], label: str | None) -> None:
     """Create soname links in the container (an identical existing link is kept; an image
     file in the way fails the container)."""
     from ocihook.cdi import hooks
+    from ocihook.cdi.spec import parse_label
 
     parsed = [hooks.parse_link(value) for value in links]
-    choice = hooks.parse_label(label)
+    choice = parse_label(label)
     kwargs = {} if choice is None else {"label": choice}
     hooks.create_symlinks(hooks.read_container(), parsed, **kwargs)
 

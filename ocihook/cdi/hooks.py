@@ -20,7 +20,6 @@ first, exactly as the hook does.
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from ocihook import apply, ldcache, mountinfo
@@ -30,7 +29,6 @@ from ocihook.errors import OcihookError
 from ocihook.plan import PLACEHOLDER_LIB_DIR, Link, Plan
 from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
 from ocihook.target import (
-    MOUNT_LABEL,
     NO_LABEL,
     STATIC,
     Decision,
@@ -38,9 +36,6 @@ from ocihook.target import (
     carried_decision,
     decide,
 )
-
-# An SELinux context as the config's `selinux.label` (ocihook/schema.json) may be one.
-_LABEL_RE = re.compile(r"[a-z0-9_]+:[a-z0-9_]+:[a-z0-9_]+:s[0-9][^\s\0]*")
 
 
 def read_container(stdin=None) -> Container:
@@ -56,17 +51,6 @@ def parse_link(value: str) -> Link:
     if os.path.normpath(link) in ("/", "//"):
         raise OcihookError(f"--link {value!r}: the link cannot be the root")
     return Link(os.path.normpath(link), target)
-
-
-def parse_label(value: str | None) -> str | None:
-    """--selinux-label: none, mount-label (the container's mount label) or a fixed SELinux
-    context; None (not given: a spec of an earlier release) stays None."""
-    if value is None or value in (NO_LABEL, MOUNT_LABEL) or _LABEL_RE.fullmatch(value):
-        return value
-    raise OcihookError(
-        f"--selinux-label {value!r}: expected {NO_LABEL}, {MOUNT_LABEL} or an SELinux "
-        "context (user:role:type:level)"
-    )
 
 
 def _mnt_ns(pid: int | str) -> int:

@@ -18,6 +18,7 @@ import os
 import re
 
 from ocihook.errors import OcihookError
+from ocihook.target import MOUNT_LABEL, NO_LABEL
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
@@ -207,3 +208,18 @@ def render(spec: dict, fmt: str) -> str:
     import yaml
 
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
+
+
+# An SELinux context as the config's `selinux.label` (ocihook/schema.json) may be one.
+_LABEL_RE = re.compile(r"[a-z0-9_]+:[a-z0-9_]+:[a-z0-9_]+:s[0-9][^\s\0]*")
+
+
+def parse_label(value: str | None) -> str | None:
+    """--selinux-label: none, mount-label (the container's mount label) or a fixed SELinux
+    context; None (not given: a spec of an earlier release) stays None."""
+    if value is None or value in (NO_LABEL, MOUNT_LABEL) or _LABEL_RE.fullmatch(value):
+        return value
+    raise OcihookError(
+        f"--selinux-label {value!r}: expected {NO_LABEL}, {MOUNT_LABEL} or an SELinux "
+        "context (user:role:type:level)"
+    )
