@@ -51,11 +51,22 @@ def run(data: bytes, spec: dict, config: dict, may_ask) -> bytes:
     container = spec_container(spec)
     from ocihook.hook import container_request
 
-    request = container_request(container, config)
-    if request.empty:
+    try:
+        request = container_request(container, config)
+        if request.empty:
+            return data
+        edit = plan_edit(container, config, request)
+        return render(apply_edit(spec, edit))
+    except OcihookError as error:
+        # podman 4.3 drops a precreate hook's stderr and shows only "exit status 1": the
+        # config goes back unchanged, and the prestart stage, which builds the same plan
+        # from the same config, meets the same error and refuses the container with its
+        # line (runc shows it); should it succeed, it injects as on the prestart route.
+        from ocihook import record
+
+        log = record.Log(config["log"]["target"], config["log"]["debug"])
+        log.error(f"precreate: {error}; left to the prestart stage")
         return data
-    edit = plan_edit(container, config, request)
-    return render(apply_edit(spec, edit))
 
 
 def plan_edit(container, config: dict, request) -> dict:
@@ -71,34 +82,28 @@ def plan_edit(container, config: dict, request) -> dict:
 
     log = record.Log(config["log"]["target"], config["log"]["debug"])
     target = Target(PRECREATE, container.userns, container.mount_label, None, True, False)
-    try:
-        with Roots(config["source_root"], config["device_root"]) as roots:
-            plan = build_plan(config, roots, request)
-            decision = decide(config, target, plan)
-            try:
-                root_fd = securepath.open_dir(container.rootfs)
-            except OSError as error:
-                raise OcihookError(f"rootfs {container.rootfs}: {error.strerror}") from None
-            try:
-                final = finalize(plan, decision.in_image(root_fd))
-            finally:
-                os.close(root_fd)
-            trees = apply.open_sources(final, roots.source_real, roots.source_fd)
-            try:
-                if decision.file_label:
-                    check_source_labels(
-                        trees, config, log, roots.source_real, container.process_label
-                    )
-                sources = []
-                for tree in trees:
-                    real = os.readlink(securepath.fd_path(tree.fd))
-                    in_root(roots.source_real, real)  # raises when it left the root
-                    sources.append(real)
-            finally:
-                apply.close_trees(trees)
-    except OcihookError as error:
-        log.error(f"precreate: {error}")
-        raise
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        plan = build_plan(config, roots, request)
+        decision = decide(config, target, plan)
+        try:
+            root_fd = securepath.open_dir(container.rootfs)
+        except OSError as error:
+            raise OcihookError(f"rootfs {container.rootfs}: {error.strerror}") from None
+        try:
+            final = finalize(plan, decision.in_image(root_fd))
+        finally:
+            os.close(root_fd)
+        trees = apply.open_sources(final, roots.source_real, roots.source_fd)
+        try:
+            if decision.file_label:
+                check_source_labels(trees, config, log, roots.source_real, container.process_label)
+            sources = []
+            for tree in trees:
+                real = os.readlink(securepath.fd_path(tree.fd))
+                in_root(roots.source_real, real)  # raises when it left the root
+                sources.append(real)
+        finally:
+            apply.close_trees(trees)
     edit = config_edit(executor_view(final), sources)
     log.info(
         f"precreate: {len(edit['mounts'])} mounts, {len(edit['devices'])} device nodes, "
