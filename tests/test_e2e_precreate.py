@@ -178,7 +178,7 @@ def test_hostile_image_never_reaches_the_returned_config(
     name = f"ocihook-hostile-pre-{attack}"
     image = hostile.import_tree(root, name)
     try:
-        command = ["/bin/sh", "-c", "grep -rl canary /usr /dev 2>/dev/null; echo DONE"]
+        command = ["/bin/sh", "-c", "grep -rl canary /usr /lib 2>/dev/null; echo DONE"]
         run = precreate_setup.run(image, command, "all")
     finally:
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
