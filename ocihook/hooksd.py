@@ -64,6 +64,7 @@ class HookFile:
     # exist: Validate's first error is "not found", which the runtime passes over silently),
     # unchecked (the deprecated 0.1.0 format).
     verdict: str = "error"
+    precreate: bool = False  # its stages are podman's precreate only (the precreate route)
 
     @property
     def usable(self) -> bool:
@@ -333,6 +334,7 @@ def check_hook_file(path: str, extension_stages: tuple[str, ...] = ()) -> HookFi
     structure = [] if type_errors else _structure_problems(document)
     result.rejected += structure
     path_missing = _runtime_rules(document, result, extension_stages)
+    result.precreate = document.get("stages") == ["precreate"]
     if type_errors or any(p.startswith("hook") for p in structure):
         result.verdict = "error"  # Go's decoder, or Validate before it looks at hook.path
     elif path_missing:
