@@ -81,7 +81,8 @@ def precreate(config_path: str, cache_dir: str | None) -> int:
     if hook_namespace().rootless:
         out = data  # the prestart stage does everything (as root of the user's namespace)
     else:
-        out = stage.run(data, spec, load_config(config_path, cache_dir), _may_ask)
+        config = load_config(config_path, cache_dir)
+        out = stage.run(data, spec, config, _may_ask, container_request)
     sys.stdout.buffer.write(out)
     return 0
 

@@ -43,14 +43,13 @@ def read_spec(data: bytes) -> dict:
     return spec
 
 
-def run(data: bytes, spec: dict, config: dict, may_ask) -> bytes:
+def run(data: bytes, spec: dict, config: dict, may_ask, container_request) -> bytes:
     """The config to hand back: `data` (parsed: `spec`) itself when the container asks for
-    nothing, else the edited config."""
+    nothing, else the edited config. `may_ask` and `container_request` are the prestart
+    stage's own (hook.py): the same request, read the same way."""
     if not may_ask({"annotations": spec.get("annotations")}, config):
         return data
     container = spec_container(spec)
-    from ocihook.hook import container_request
-
     try:
         request = container_request(container, config)
         if request.empty:

@@ -81,6 +81,7 @@ LAYERS = {
         "ocihook.ldsoconf",
         "ocihook.nvidia",
         "ocihook.nvml",
+        "ocihook.owned",
         "ocihook.registration",
         "ocihook.roots",
     },
@@ -103,6 +104,7 @@ LAYERS = {
         "ocihook.features",
         "ocihook.hook",
         "ocihook.output",
+        "ocihook.precreate",
         "ocihook.selinux.cli",
     },
 }
