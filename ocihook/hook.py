@@ -1,6 +1,8 @@
 """The hook the runtime runs (hooks.d points at a script that calls `main`).
 
     ocihook-hook [--config PATH] [--cache-dir DIR]    OCI state JSON on stdin
+    ocihook-hook --stage precreate [...]            podman's precreate: the proposed OCI
+                                                    config on stdin, the edited one on stdout
 
 Kept lean: stdlib only until a container really asks for devices, no click, and no
 PyYAML or jsonschema while the compiled config is fresh. Every expected or
@@ -27,11 +29,15 @@ TYPE_CHECKING = False  # typing costs milliseconds of imports at container start
 if TYPE_CHECKING:
     from ocihook.request import DeviceRequest
 
-USAGE = "usage: ocihook-hook [--config PATH] [--cache-dir DIR]  (OCI state JSON on stdin)"
+USAGE = (
+    "usage: ocihook-hook [--stage precreate] [--config PATH] [--cache-dir DIR]  "
+    "(OCI state JSON on stdin; at precreate the OCI config)"
+)
+STAGES = ("prestart", "precreate")  # prestart: every stage that gets the state (poststop too)
 
 
 def _parse_args(argv: list[str]) -> dict[str, str]:
-    options = {"--config": DEFAULT_CONFIG, "--cache-dir": DEFAULT_CACHE_DIR}
+    options = {"--config": DEFAULT_CONFIG, "--cache-dir": DEFAULT_CACHE_DIR, "--stage": "prestart"}
     args = list(argv)
     while args:
         flag = args.pop(0)
@@ -46,18 +52,39 @@ def _parse_args(argv: list[str]) -> dict[str, str]:
                 raise OcihookError(f"{name} needs a value")
             value = args.pop(0)
         options[name] = value
+    if options["--stage"] not in STAGES:
+        raise OcihookError(f"--stage {options['--stage']!r}: one of {', '.join(STAGES)}")
     return options
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         options = _parse_args(sys.argv[1:] if argv is None else argv)
+        if options["--stage"] == "precreate":
+            return precreate(options["--config"], options["--cache-dir"])
         data = sys.stdin.buffer.read(MAX_STATE_BYTES + 1)
         return run(data, options["--config"], options["--cache-dir"])
     except Exception as error:  # one line and the contract's status (errors.exit_line)
         status, line = exit_line(error)
         sys.stderr.write(line + "\n")
         return status
+
+
+def precreate(config_path: str, cache_dir: str | None) -> int:
+    """podman's precreate stage: the proposed config from stdin to stdout, edited when the
+    container asks for devices (ocihook/precreate.py); nothing on stdout when it fails."""
+    from ocihook import precreate as stage
+    from ocihook.state import MAX_CONFIG_BYTES
+
+    data = sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
+    spec = stage.read_spec(data)  # bad input: one line, before the config is loaded
+    if hook_namespace().rootless:
+        out = data  # the prestart stage does everything (as root of the user's namespace)
+    else:
+        config = load_config(config_path, cache_dir)
+        out = stage.run(data, spec, config, _may_ask, container_request)
+    sys.stdout.buffer.write(out)
+    return 0
 
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:

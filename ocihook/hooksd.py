@@ -64,6 +64,7 @@ class HookFile:
     # exist: Validate's first error is "not found", which the runtime passes over silently),
     # unchecked (the deprecated 0.1.0 format).
     verdict: str = "error"
+    precreate: bool = False  # its stages are podman's precreate only (the precreate route)
 
     @property
     def usable(self) -> bool:
@@ -286,8 +287,11 @@ def runs_ocihook(document: object, data: bytes) -> bool:
     return b"ocihook" in data
 
 
-def check_hook_file(path: str) -> HookFile:
-    """Everything podman, CRI-O and ocihook would say about the hooks.d file at path."""
+def check_hook_file(path: str, extension_stages: tuple[str, ...] = ()) -> HookFile:
+    """Everything podman, CRI-O and ocihook would say about the hooks.d file at path.
+    `extension_stages`: the ones the runtimes reading its dir accept (podman's precreate,
+    for a dir only podman reads); by default none, as CRI-O (which refuses to start with
+    such a file in its hooks dir)."""
     result = HookFile(path)
     try:
         with open(path, "rb") as file:
@@ -329,7 +333,8 @@ def check_hook_file(path: str) -> HookFile:
     result.rejected += [m for _, m in type_errors]
     structure = [] if type_errors else _structure_problems(document)
     result.rejected += structure
-    path_missing = _runtime_rules(document, result)
+    path_missing = _runtime_rules(document, result, extension_stages)
+    result.precreate = document.get("stages") == ["precreate"]
     if type_errors or any(p.startswith("hook") for p in structure):
         result.verdict = "error"  # Go's decoder, or Validate before it looks at hook.path
     elif path_missing:
@@ -343,7 +348,9 @@ def check_hook_file(path: str) -> HookFile:
     return result
 
 
-def _runtime_rules(document: dict, result: HookFile) -> bool:
+def _runtime_rules(
+    document: dict, result: HookFile, extension_stages: tuple[str, ...] = ()
+) -> bool:
     """Hook.Validate's rules past the types; True when hook.path does not exist."""
     hook = document.get("hook") if isinstance(document.get("hook"), dict) else {}
     exe = hook.get("path")
@@ -382,8 +389,16 @@ def _runtime_rules(document: dict, result: HookFile) -> bool:
         for stage in stages:
             if not isinstance(stage, str) or stage in RUNTIME_STAGES:
                 continue
-            if stage in PODMAN_EXTENSION_STAGES:
-                result.rejected.append(f"stages: {stage!r} is podman's only: CRI-O rejects it")
+            if stage in PODMAN_EXTENSION_STAGES and stage in extension_stages:
+                result.warnings.append(
+                    f"stages: {stage!r} is podman's only: CRI-O refuses to start with this "
+                    "file in a dir it reads"
+                )
+            elif stage in PODMAN_EXTENSION_STAGES:
+                result.rejected.append(
+                    f"stages: {stage!r} is podman's only: CRI-O rejects it (and refuses to "
+                    "start with it in its hooks dir); keep it in a dir only podman reads"
+                )
             else:
                 result.rejected.append(f"stages: unknown stage {stage!r}")
         if not stages:
@@ -414,6 +429,19 @@ def _ocihook_rules(document: dict, result: HookFile) -> None:
             f"{timeout} s)"
         )
     stages = document.get("stages")
+    if isinstance(stages, list) and "precreate" in stages:
+        args = hook.get("args") if isinstance(hook.get("args"), list) else []
+        if "--stage" not in args or "precreate" not in args:
+            result.ocihook_needs.append(
+                "stages: precreate: hook.args must have --stage precreate (the hook reads "
+                "an OCI config there, not the state)"
+            )
+        if set(stages) != {"precreate"}:
+            result.ocihook_needs.append(
+                "stages: precreate shares a file with other stages: the precreate "
+                "registration is a file of its own (hooks.d/ocihook-precreate.json)"
+            )
+        return
     if isinstance(stages, list) and stages:
         if not {"prestart", "createRuntime"} & set(stages):
             result.ocihook_needs.append(

@@ -12,11 +12,11 @@ import os
 import resource
 import time
 
-from ocihook import apply, cgroups, elf, ldcache, mountinfo, privileges, record, securepath
+from ocihook import apply, cgroups, elf, ldcache, mountinfo, owned, privileges, record, securepath
 from ocihook.discover import build_plan
 from ocihook.errors import OcihookError, describe
 from ocihook.kinds import KINDS, LABEL_WRITABLE, Kind
-from ocihook.plan import Plan, device_rules, finalize
+from ocihook.plan import Plan, finalize
 from ocihook.roots import Roots
 from ocihook.selinux import label as selinux_label
 from ocihook.state import hook_namespace
@@ -246,12 +246,14 @@ class _Injection:
         """The device cgroup edits (when the decision makes them), then the container part;
         the edits are undone when that fails."""
         cgroup = None
-        if decision.device_cgroup:
-            container = self.container
+        container = self.container
+        # The rules config.json has the runtime apply (the precreate stage's) are its own.
+        rules = owned.cgroup_rules(plan, container.runtime) if decision.device_cgroup else []
+        if rules:
             cgroup = cgroups.find_container_cgroup(
                 container.pid, container.cgroups_path, annotations=container.annotations
             )
-            self.edits = cgroups.allow_devices(cgroup, device_rules(plan))
+            self.edits = cgroups.allow_devices(cgroup, rules)
             if self.log.debug_enabled:
                 records = [e.record() for e in self.edits]
                 self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
@@ -278,8 +280,15 @@ class _Injection:
             self.sources = apply.bind_sources(self.sources, final)
             uid, gid = container.host_uid(0), container.host_gid(0)
             writer = apply.ContainerWriter(root_fd, final.file_label, uid, gid, shared)
+            # What the runtime made from config.json (the precreate stage's) is not redone.
+            todo, trees = owned.left_to_do(final, self.sources, root_fd, container.runtime)
+            if len(trees) != len(self.sources) or len(todo.devices) != len(final.devices):
+                self._debug(
+                    f"made by the runtime: {len(self.sources) - len(trees)} mounts, "
+                    f"{len(final.devices) - len(todo.devices)} device nodes"
+                )
             try:
-                apply.execute(writer, final, self.sources, self.node_sources, self.api)
+                apply.execute(writer, todo, trees, self.node_sources, self.api)
                 if final.ld_writer is not None and self.ldconfig_fd is not None:
                     self.ld_cache = ldcache.update(
                         writer,

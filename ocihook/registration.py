@@ -84,6 +84,8 @@ def registration_findings(
     scanned = list(dict.fromkeys(scanned))
 
     effective = {view: _effective(dirs) for view, dirs in views}
+    # podman's precreate stage is valid only where CRI-O does not read (it refuses to start).
+    crio_dirs = {d for view, dirs in views if view == "CRI-O" for d in dirs}
     reports: dict[str, hooksd.HookFile] = {}
     out: list[Finding] = []
     for directory in scanned:
@@ -94,7 +96,8 @@ def registration_findings(
                 other = effective[view].get(name)
                 if directory in dirs and other is not None and other != path:
                     masked_by[view] = other
-            report = reports[path] = hooksd.check_hook_file(path)
+            stages = () if directory in crio_dirs else hooksd.PODMAN_EXTENSION_STAGES
+            report = reports[path] = hooksd.check_hook_file(path, stages)
             if used_by:
                 out += _file_findings(report, " and ".join(used_by))
                 if report.ocihook and report.usable and not report.ocihook_needs:
@@ -145,4 +148,6 @@ def registration_findings(
 
 
 def _registers(report: hooksd.HookFile) -> bool:
-    return report.ocihook and report.usable
+    """A registration of the prestart hook (the precreate one is its companion, not a
+    second registration: docs/cgroups.md, Routes)."""
+    return report.ocihook and report.usable and not report.precreate

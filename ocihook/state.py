@@ -39,6 +39,16 @@ class IdMapping(Struct):
     size: int
 
 
+class RuntimeOwned(Struct):
+    """What an OCI config has the runtime create, allow and mount itself (plain data read
+    from it; ocihook/owned.py compares a plan with it)."""
+
+    __slots__ = ("nodes", "rules", "binds")
+    nodes: frozenset  # (path, type, major, minor) of linux.devices
+    rules: tuple  # (allow, type, major, minor, access) of linux.resources.devices, in order
+    binds: frozenset  # (destination, source) of the bind mounts
+
+
 class Container(Struct):
     """What the hook needs to know about one container."""
 
@@ -57,6 +67,7 @@ class Container(Struct):
         "gid_mappings",
         "cgroups_path",
         "readonly_root",
+        "runtime",
     )
     _defaults = {
         "env": {},
@@ -67,6 +78,7 @@ class Container(Struct):
         "gid_mappings": (),
         "cgroups_path": None,
         "readonly_root": False,
+        "runtime": None,
     }
 
     id: str
@@ -83,6 +95,9 @@ class Container(Struct):
     gid_mappings: tuple[IdMapping, ...]
     cgroups_path: str | None
     readonly_root: bool
+    # What config.json has the runtime do itself (linux.devices, linux.resources.devices,
+    # bind mounts), as the precreate stage or the user put it there; None: not read.
+    runtime: RuntimeOwned | None
 
     def host_uid(self, uid: int = 0) -> int:
         return _map_id(self.uid_mappings, uid)
@@ -247,17 +262,35 @@ def load_container(state: dict) -> Container:
     """Combine the validated state with the fields of <bundle>/config.json the hook uses."""
     bundle = state["bundle"]
     config = _read_bundle_config(bundle)
+    container = spec_container(config, bundle)
+    annotations = dict(container.annotations)
+    annotations.update(_string_map(state.get("annotations"), "state on stdin: annotations"))
+    return container.replace(
+        id=state["id"],
+        status=state["status"],
+        pid=state.get("pid") or 0,
+        annotations=annotations,
+        runtime=runtime_owned(config),
+    )
+
+
+def spec_container(config: dict, bundle: str = "") -> Container:
+    """The fields of an OCI config the hook uses: config.json in `bundle`, or (`bundle`
+    empty) the proposed config on stdin at precreate, which has no id and no pid yet and
+    whose root.path must be absolute."""
     root = _require(config, "root", dict, "config.json")
     process = _optional(config, "process", dict, "config.json", {})
     linux = _optional(config, "linux", dict, "config.json", {})
     namespaces = _optional(linux, "namespaces", list, "config.json: linux", [])
     userns = any(isinstance(ns, dict) and ns.get("type") == "user" for ns in namespaces)
     annotations = dict(_string_map(config.get("annotations"), "config.json: annotations"))
-    annotations.update(_string_map(state.get("annotations"), "state on stdin: annotations"))
+    path = _require(root, "path", str, "config.json: root")
+    if not bundle and not os.path.isabs(path):
+        raise OcihookError("config.json: root: 'path' must be absolute at precreate")
     return Container(
-        id=state["id"],
-        status=state["status"],
-        pid=state.get("pid") or 0,
+        id="precreate",
+        status="precreate",
+        pid=0,
         bundle=bundle,
         rootfs=_rootfs_path(bundle, root),
         annotations=annotations,
@@ -270,6 +303,45 @@ def load_container(state: dict) -> Container:
         cgroups_path=_optional(linux, "cgroupsPath", str, "config.json: linux"),
         readonly_root=bool(root.get("readonly", False)),
     )
+
+
+def runtime_owned(config: dict) -> RuntimeOwned:
+    """linux.devices, linux.resources.devices and the bind mounts of an OCI config as plain
+    tuples. A malformed entry is left out: it can only make the hook do more itself."""
+    linux = config.get("linux") if isinstance(config.get("linux"), dict) else {}
+    nodes = set()
+    for d in linux.get("devices") or ():
+        if isinstance(d, dict) and _ints(d, "major", "minor") and _strs(d, "path", "type"):
+            nodes.add((os.path.normpath(d["path"]), d["type"], d["major"], d["minor"]))
+    resources = linux.get("resources") if isinstance(linux.get("resources"), dict) else {}
+    rules = []
+    for r in resources.get("devices") or ():
+        if not isinstance(r, dict) or not isinstance(r.get("allow"), bool):
+            continue
+        numbers = [-1 if r.get(k) is None else r.get(k) for k in ("major", "minor")]
+        kind, access = r.get("type") or "a", r.get("access") or "rwm"
+        if all(isinstance(n, int) for n in numbers) and _all_str(kind, access):
+            rules.append((r["allow"], kind, numbers[0], numbers[1], access))
+    binds = set()
+    for m in config.get("mounts") or ():
+        if not isinstance(m, dict) or not _strs(m, "destination", "source"):
+            continue
+        options = m.get("options") if isinstance(m.get("options"), list) else []
+        if m.get("type") == "bind" or "bind" in options or "rbind" in options:
+            binds.add((os.path.normpath(m["destination"]), m["source"]))
+    return RuntimeOwned(frozenset(nodes), tuple(rules), frozenset(binds))
+
+
+def _ints(obj: dict, *keys: str) -> bool:
+    return all(isinstance(obj.get(k), int) and not isinstance(obj.get(k), bool) for k in keys)
+
+
+def _strs(obj: dict, *keys: str) -> bool:
+    return all(isinstance(obj.get(k), str) for k in keys)
+
+
+def _all_str(*values: object) -> bool:
+    return all(isinstance(v, str) for v in values)
 
 
 # ---------------------------------------------------------------------------

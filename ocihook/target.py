@@ -1,7 +1,8 @@
 """Where a plan goes, and everything that decides: the one decision site.
 
 A `Target` is what is known of where a plan goes: a container at hand (the prestart hook),
-the command line of `ocihook plan`, or a static CDI spec (`ocihook cdi generate`, and the
+its proposed OCI config before the runtime creates it (the precreate stage), the command
+line of `ocihook plan`, or a static CDI spec (`ocihook cdi generate`, and the
 `ocihook cdi-hook` commands that carry out its links and ld cache). `decide` turns the
 config, the plan from discovery and the target into a `Decision`: everything
 `plan.finalize` needs (library dirs, device node strategy, file label, ld cache writer)
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 CONTAINER = "container"  # a container at hand: the prestart hook
 CLI = "cli"  # `ocihook plan`: what the command line says of a container
 STATIC = "static"  # a CDI spec, written before any container (and its cdi-hook commands)
-TARGET_KINDS = (CONTAINER, CLI, STATIC)
+# The precreate stage (podman): the proposed OCI config of a container whose root is mounted
+# but not started; the runtime creates, allows and mounts what the config gets.
+PRECREATE = "precreate"
+TARGET_KINDS = (CONTAINER, CLI, STATIC, PRECREATE)
 # The label choice (label_choice): no label, the container's own mount label, or else a
 # fixed label (the config's `selinux.label`). A CDI spec carries it to its cdi-hook commands.
 NO_LABEL = "none"
@@ -142,9 +146,10 @@ def decide(config: dict, target: Target, plan: Plan) -> Decision:
         "bind" if target.userns or target.rootless else "mknod",
         _file_label(config["selinux"], target),
         ld_writer,
-        # With a CDI spec the runtime allows the spec's nodes; rootless, only host root could
-        # (v1 devices.allow, v2 BPF programs need the initial namespace's CAP_SYS_ADMIN).
-        target.kind != STATIC and not target.rootless,
+        # With a CDI spec or at precreate the runtime allows the nodes; rootless, only host
+        # root could (v1 devices.allow, v2 BPF programs need the initial namespace's
+        # CAP_SYS_ADMIN).
+        target.kind not in (STATIC, PRECREATE) and not target.rootless,
         probe,
         compat,
         compat_probe,

@@ -60,6 +60,11 @@ install:
 	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
 		hooks.d/ocihook-env.json > "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
 	chmod 0644 "$(DESTDIR)$(HOOKSDIR)/ocihook.json" "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
+	install -d -m 0755 "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman"
+	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
+		hooks.d/ocihook-precreate.json > "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json"
+	install -m 0644 packaging/50-ocihook-precreate.conf "$(DESTDIR)$(DATADIR)/ocihook/examples/"
+	chmod 0644 "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json"
 	install -d -m 0755 "$(DESTDIR)$(SYSCONFDIR)/ocihook/profiles" "$(DESTDIR)$(DATADIR)/ocihook/profiles"
 	install -m 0644 packaging/profiles/*.yaml "$(DESTDIR)$(DATADIR)/ocihook/profiles/"
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/ocihook/config.yaml" ]; then \

@@ -86,6 +86,7 @@ LAYERS = {
         "ocihook.nvidia",
         "ocihook.nvml",
         "ocihook.procdevices",
+        "ocihook.owned",
         "ocihook.registration",
         "ocihook.roots",
     },
@@ -108,6 +109,7 @@ LAYERS = {
         "ocihook.features",
         "ocihook.hook",
         "ocihook.output",
+        "ocihook.precreate",
         "ocihook.selinux.cli",
     },
 }

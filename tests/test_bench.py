@@ -30,10 +30,15 @@ ROWS = (
     "start_flags",
     "start_cdi",
     "start_hook",
+    "ready_precreate",
+    "start_precreate",
 )
 RATIOS = ("hook_none/floor", "hook_full/floor", "hook_full_rootfs/floor")
 RATIOS += ("ready_hook/ready_flags", "ready_hook/ready_cdi")
 RATIOS += ("start_hook/start_flags", "start_hook/start_cdi")
+RATIOS += ("ready_precreate/ready_hook", "start_precreate/start_hook")
+RATIOS += ("ready_precreate/ready_flags", "ready_precreate/ready_cdi")
+RATIOS += ("start_precreate/start_flags", "start_precreate/start_cdi")
 ADDED = "(start_hook-start_plain)/(start_cdi-start_plain)"
 READY_ADDED = "(ready_hook-ready_plain)/(ready_cdi-ready_plain)"
 
@@ -76,7 +81,13 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert data["errors"] == {}
     scale = [key for key in ratios if key.startswith("scale_")]
     assert set(ratios) == set(RATIOS) | {ADDED, READY_ADDED} | set(scale) and len(scale) == 1
-    for variant in ("plain", "flags", "cdi", "hook"):  # the container runs before podman exits
+    for variant in (
+        "plain",
+        "flags",
+        "cdi",
+        "hook",
+        "precreate",
+    ):  # the container runs before podman exits
         assert rows[f"ready_{variant}"]["median_ms"] < rows[f"start_{variant}"]["median_ms"]
     median = {name: row["median_ms"] for name, row in rows.items()}
     added = (median["start_hook"] - median["start_plain"]) / (
@@ -88,6 +99,7 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert ratios["start_hook/start_flags"]["target"] == 1.1
     assert ratios["start_hook/start_cdi"]["target"] == 0.9
     assert ratios["ready_hook/ready_flags"]["target"] == 1.1
+    assert ratios["start_precreate/start_hook"]["target"] == 1.0
     assert ratios[READY_ADDED]["target"] == 0.8
     assert "targets" in result.stdout and "CDI stand-in" in result.stdout
     for key, ratio in ratios.items():

@@ -32,7 +32,7 @@ import yaml
 from ocihook.config import _cache_name
 from tests.conftest import base_config
 from tests.support import crio as crio_support
-from tests.support import k8s, nvidia_mig, synthetic
+from tests.support import images, k8s, nvidia_mig, podman, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 ANNOTATION = "ocihook.io/devices"
@@ -440,3 +440,72 @@ def test_cdi_nvidia_gpu_by_uuid(crio, crio_setup, tmp_path):
         "/dev/nvidia-uvm-tools",
     }, logs
     assert crio_setup.records() == {}  # no ocihook.io/devices: the hook did not run
+
+
+# -- the precreate stage (podman's only) -------------------------------------------------------
+
+
+def test_crio_does_not_run_a_precreate_registration(crio, crio_setup, tmp_path):
+    """The shipped precreate registration (hooks.d/ocihook-precreate.json, its hook pointed at
+    a recorder of the test's own) in CRI-O's first hooks dir: CRI-O 1.37 refuses the file
+    (its hooks manager knows no extension stages, and `precreate` is one), logs why, and
+    never runs it; the prestart registration beside it still injects, so the container
+    gets its devices exactly as before (the prestart route: docs/cgroups.md, Routes)."""
+    marker = tmp_path / "precreate-ran"
+    recorder = tmp_path / "recorder.sh"
+    recorder.write_text(f"#!/bin/sh\ntouch {marker}\nexec cat\n")
+    recorder.chmod(0o755)
+    shipped = json.loads((REPO / "hooks.d/ocihook-precreate.json").read_text())
+    shipped["hook"]["path"] = str(recorder)
+    shipped["hook"]["args"] = ["recorder"]
+    first_dir = Path(crio_support.hooks_dirs(crio.drop_in)[0])
+    registration = first_dir / "ocihook-precreate.json"
+    offset = crio.log_offset()
+    try:
+        registration.write_text(json.dumps(shipped))
+        crio.sync_hooks(first_dir)
+        with open(crio.log, "rb") as log:
+            log.seek(offset)
+            said = log.read().decode(errors="replace")
+        assert f"added hook {registration}" not in said
+        lines = [line for line in said.splitlines() if "precreate" in line]
+        print("\n".join(lines))
+        assert any("unknown stage" in line or "precreate" in line for line in lines), said
+        devices, control = device_nodes(crio_setup.synth_root)
+        pod = crio_setup.pod("gpu", "team-a", {ANNOTATION: "0"})
+        container = pod.run("smi", crio.images["rhel"], [SMI])
+        assert pod.wait_exited(container)["exitCode"] == 0, pod.logs(container).stdout
+        assert opened(devices[0]) in pod.logs(container).stdout
+        assert not marker.exists()
+        spec = pod.spec(container)
+        assert "precreate" not in json.dumps(spec.get("hooks") or {})
+    finally:
+        registration.unlink(missing_ok=True)
+        crio.sync_hooks(first_dir)
+
+
+def test_crio_refuses_to_start_with_a_precreate_registration_in_its_hooks_dir(hook_exe, tmp_path):
+    """Why the precreate registration never goes into a hooks dir CRI-O reads: a CRI-O 1.37
+    started with hooks.d/ocihook-precreate.json in its hooks dir does not start at all (its
+    hooks manager knows no extension stage: `level=fatal msg="unknown stage \\"precreate\\""`).
+    The RPM installs the file in a podman-only dir (docs/cgroups.md, Routes)."""
+    drop_in = crio_support.docs_drop_in((REPO / "docs/kubernetes.md").read_text())
+    server = crio_support.Crio(drop_in)
+    try:
+        busybox = server.import_image(
+            images.busybox_rootfs(tmp_path / "busybox"), "ocihook-crio-busybox"
+        )
+        server.write_config(pause_image=busybox)
+        first_dir = Path(crio_support.hooks_dirs(server.drop_in)[0])
+        podman.write_hooks_dir(first_dir, hook_exe, server.hook_config, server.dir / "cache")
+        shipped = json.loads((REPO / "hooks.d/ocihook-precreate.json").read_text())
+        shipped["hook"]["path"] = str(hook_exe)
+        (first_dir / "ocihook-precreate.json").write_text(json.dumps(shipped))
+        with pytest.raises(AssertionError, match="crio exited 1"):
+            server.start()
+        said = server.log.read_text(errors="replace")
+        assert 'level=fatal msg="unknown stage \\"precreate\\""' in said, said[-2000:]
+    finally:
+        forced = server.stop()
+    # A crio that exits fatally leaves only its storage mounted (stop() unmounts it).
+    assert [f for f in forced if not f.endswith("/storage/overlay unmounted")] == [], forced

@@ -291,3 +291,24 @@ def test_hooks_files_are_read_as_go_reads_them(hooks_oracles, tmp_path):
                 )
     assert not problems, f"{len(problems)} of {len(documents)}:\n" + "\n".join(problems[:20])
     assert verdicts == {"ok", "error", "skip", "unchecked"}
+
+
+def test_the_shipped_precreate_registration_in_a_podman_only_dir(tmp_path):
+    """hooks.d/ocihook-precreate.json (its hook.path pointed at an executable here): accepted
+    where only podman reads the dir, with the warning that CRI-O refuses to start with it;
+    rejected in a dir CRI-O reads (the default)."""
+    document = json.loads((REPO / "hooks.d/ocihook-precreate.json").read_text())
+    document["hook"]["path"] = "/bin/true"
+    path = tmp_path / "ocihook-precreate.json"
+    path.write_text(json.dumps(document))
+    podman_only = hooksd.check_hook_file(str(path), extension_stages=("precreate",))
+    assert podman_only.verdict == "ok", podman_only
+    assert podman_only.ocihook_needs == []
+    assert any("CRI-O refuses to start" in w for w in podman_only.warnings)
+    shared = hooksd.check_hook_file(str(path))
+    assert shared.verdict == "error"
+    assert any("keep it in a dir only podman reads" in r for r in shared.rejected)
+    document["hook"]["args"] = ["ocihook-hook"]
+    path.write_text(json.dumps(document))
+    bare = hooksd.check_hook_file(str(path), extension_stages=("precreate",))
+    assert any("--stage precreate" in n for n in bare.ocihook_needs)

@@ -5,6 +5,7 @@ that stops the runtime. The runtimes' directories here are temporary ones."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from ocihook.findings import FAILED, OK, WARNING
 from ocihook.hooksdirs import Reader
 from ocihook.registration import registration_findings, runtime_findings
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def registration(path: Path, hook: str = "/bin/sh", **changes) -> Path:
@@ -131,3 +134,29 @@ def test_runtime_findings_name_dirs_origin_and_problems():
         (WARNING, "hooks dirs: CRI-O reads no directory (hooks_dir in /etc/crio/crio.conf)"),
         (FAILED, "x line 2: y: z"),
     ]
+
+
+def test_the_precreate_registration_beside_the_prestart_one_is_not_a_second_one(tmp_path):
+    """The precreate registration in a dir only podman reads, next to ocihook.json in the
+    shared one: both are fine, and the hook is not "registered twice"; the same file in a
+    dir CRI-O reads is an error (CRI-O refuses to start)."""
+    shared, podman_only = tmp_path / "shared", tmp_path / "podman-only"
+    shared.mkdir(), podman_only.mkdir()
+    prestart = json.loads((REPO / "hooks.d/ocihook.json").read_text())
+    precreate = json.loads((REPO / "hooks.d/ocihook-precreate.json").read_text())
+    for document in (prestart, precreate):
+        document["hook"]["path"] = sys.executable
+    (shared / "ocihook.json").write_text(json.dumps(prestart))
+    (podman_only / "ocihook-precreate.json").write_text(json.dumps(precreate))
+    readers = [
+        Reader("podman", [str(shared), str(podman_only)], "test"),
+        Reader("CRI-O", [str(shared)], "test"),
+    ]
+    findings = registration_findings(readers, [], known=())
+    failed = [f.message for f in findings if f.status == FAILED]
+    assert failed == [], failed
+    assert not any("registered twice" in f.message for f in findings)
+    (shared / "ocihook-precreate.json").write_text(json.dumps(precreate))
+    findings = registration_findings(readers, [], known=())
+    failed = [f.message for f in findings if f.status == FAILED]
+    assert any("keep it in a dir only podman reads" in m for m in failed), failed

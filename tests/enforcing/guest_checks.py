@@ -802,6 +802,79 @@ def cdi_hook_decision(runtime: str):
     return not wrong, detail if not wrong else "; ".join(wrong)
 
 
+PRECREATE_DIR = Path("/usr/share/ocihook/hooks.d.podman")
+PRECREATE_CONF = Path("/etc/containers/containers.conf.d/50-ocihook-precreate.conf")
+
+
+def _nodes() -> list[str]:
+    """The synthetic driver's nodes (picked when setup built it: read then, not at import)."""
+    return [f"/dev/{n}" for n in sorted(synthetic.DEVICES) + sorted(synthetic.CONTROL)]
+
+
+def _opened_in(name: str) -> list[str]:
+    """The injected nodes a `podman exec` into `name` opens read-write."""
+    line = "; ".join(f"(exec 3<>{n}) && echo OPENED {n}" for n in _nodes())
+    result = sh(["podman", "exec", name, "/bin/sh", "-c", line], 120)
+    return [w.split()[1] for w in result.stdout.splitlines() if w.startswith("OPENED ")]
+
+
+def durable_devices(runtime: str):
+    """The precreate route (docs/cgroups.md, Routes) under podman's systemd cgroup manager:
+    the shipped precreate registration in a podman-only dir, read through a containers.conf
+    drop-in; an annotated container started detached opens every injected node from
+    `podman exec` before and after `systemctl daemon-reload` and after `podman update
+    --cpus`; the scope's DeviceAllow= names them (systemd has them from the runtime)."""
+    PRECREATE_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SRC / "hooks.d/ocihook-precreate.json", PRECREATE_DIR / "ocihook-precreate.json")
+    PRECREATE_CONF.parent.mkdir(parents=True, exist_ok=True)
+    PRECREATE_CONF.write_text(
+        f'[engine]\nhooks_dir = ["/usr/share/containers/oci/hooks.d", "{PRECREATE_DIR}"]\n'
+    )
+    sh(["restorecon", "-R", str(PRECREATE_DIR), str(PRECREATE_CONF)])
+    name = f"ocihook-durable-{runtime}"
+    sh(["podman", "rm", "-f", name])
+    steps: dict[str, list[str]] = {}
+    evidence = []
+    try:
+        manager = sh(["podman", "info", "--format", "{{.Host.CgroupManager}}"]).stdout.strip()
+        args = ["podman", "--runtime", runtime, "run", "-d", "--name", name, *RUN_FLAGS]
+        args += ["--annotation", f"{ANNOTATION}=all", f"localhost/{IMAGE_NAME}:latest"]
+        started = sh([*args, "sleep", "900"], 180)
+        evidence.append(f"run: rc={started.returncode} {started.stdout}{started.stderr}")
+        if started.returncode != 0:
+            return False, f"podman run -d failed: {started.stderr.strip()[-300:]}"
+        container_id = started.stdout.strip()
+        steps["before"] = _opened_in(name)
+        reload = sh(["systemctl", "daemon-reload"], 300)
+        evidence.append(f"daemon-reload: rc={reload.returncode} {reload.stderr}")
+        time.sleep(1)
+        steps["after daemon-reload"] = _opened_in(name)
+        update = sh(["podman", "update", "--cpus", "1", name], 120)
+        evidence.append(f"podman update: rc={update.returncode} {update.stdout}{update.stderr}")
+        steps["after podman update"] = _opened_in(name)
+        reload = sh(["systemctl", "daemon-reload"], 300)
+        time.sleep(1)
+        steps["after update + reload"] = _opened_in(name)
+        scope = sh(["systemctl", "show", "-p", "DeviceAllow", f"libpod-{container_id}.scope"])
+        evidence.append(f"scope DeviceAllow: {scope.stdout}")
+        config = sh(["podman", "inspect", "--format", "{{.OCIConfigPath}}", name]).stdout.strip()
+        if config and os.path.exists(config):
+            spec = json.loads(Path(config).read_text())
+            made = sorted(d["path"] for d in spec["linux"].get("devices") or ())
+            evidence.append(f"config.json linux.devices: {made}")
+    finally:
+        sh(["podman", "rm", "-f", name])
+        PRECREATE_CONF.unlink(missing_ok=True)
+        shutil.rmtree(PRECREATE_DIR, ignore_errors=True)
+        evidence += [f"{step}: {opened}" for step, opened in steps.items()]
+        save_evidence(".out", "\n".join(evidence) + "\n")
+    nodes = _nodes()
+    ok = update.returncode == 0 and all(opened == nodes for opened in steps.values())
+    ok = ok and len(steps) == 4
+    counts = ", ".join(f"{step} {len(opened)}/{len(nodes)}" for step, opened in steps.items())
+    return ok, f"cgroup manager {manager}: {counts}"
+
+
 def demo(runtime: str):
     result = sh(["make", "-o", "venv", "demo", "VPY=/usr/bin/python3"], 900, cwd=SRC)
     save("demo.out", result.stdout + result.stderr)
@@ -827,6 +900,7 @@ CHECKS = (
         stand_in_denials=FAKE_MAJOR_MODULE_REQUEST,
     ),
     Check("cdi-hook-decision", cdi_hook_decision, per_runtime=True),
+    Check("durable-devices", durable_devices, per_runtime=True),
     Check("host-root-driver", host_root_driver),
     Check("broken-source-check-error", broken_error),
     Check("broken-source-check-warn", broken_warn, denials_expected=True),

@@ -19,9 +19,16 @@ ANNOTATION = "ocihook.io/devices"
 
 
 def write_hooks_dir(
-    hooks_dir: Path, hook: Path, config: Path, cache_dir: Path, gate: str = "annotation"
+    hooks_dir: Path,
+    hook: Path,
+    config: Path,
+    cache_dir: Path,
+    gate: str = "annotation",
+    precreate: bool = False,
 ) -> Path:
-    """A hooks.d dir like the shipped one, pointing at `hook` with `config`."""
+    """A hooks.d dir like the shipped one, pointing at `hook` with `config`; with
+    `precreate`, also the precreate registration (hooks.d/ocihook-precreate.json, a file of
+    its own: podman only)."""
     hooks_dir.mkdir(parents=True, exist_ok=True)
     when = (
         {"annotations": {r"^ocihook\.io/devices$": ".+"}}
@@ -40,6 +47,13 @@ def write_hooks_dir(
         "stages": ["prestart", "poststop"],
     }
     (hooks_dir / "ocihook.json").write_text(json.dumps(document, indent=2))
+    if precreate:
+        document = dict(document, stages=["precreate"])
+        document["hook"] = dict(document["hook"])
+        document["hook"]["args"] = [
+            "ocihook-hook", "--stage", "precreate", *document["hook"]["args"][1:]
+        ]  # fmt: skip
+        (hooks_dir / "ocihook-precreate.json").write_text(json.dumps(document, indent=2))
     return hooks_dir
 
 
