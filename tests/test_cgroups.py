@@ -437,7 +437,7 @@ def _find_v2(pid, cgroups_path, annotations):
         t = find_container_cgroup(pid, cgroups_path, annotations=annotations)
     except OcihookError as exc:
         return str(exc)
-    return [t.version, t.path, t.scope]
+    return [t.version, t.path, t.scope, t.unit]
 
 
 @pytest.mark.root
@@ -449,9 +449,10 @@ def test_find_crun_subgroup_of_the_systemd_scope(lab):
     named = lab.mkdir(V2_ROOT, rel + "/payload")
     in_sub, in_named = lab.sleeper(sub), lab.sleeper(named)
     systemd = f"ocihooktest-{tag}.slice:libpod:c{tag}"
-    assert in_child(_find_v2, in_sub.pid, systemd, {}) == ["v2", sub, scope]
+    unit = f"libpod-c{tag}.scope"
+    assert in_child(_find_v2, in_sub.pid, systemd, {}) == ["v2", sub, scope, unit]
     annotated = {"run.oci.systemd.subgroup": "payload"}
-    assert in_child(_find_v2, in_named.pid, systemd, annotated) == ["v2", named, scope]
+    assert in_child(_find_v2, in_named.pid, systemd, annotated) == ["v2", named, scope, unit]
     mismatch = (
         f"cgroupsPath '{systemd}' (/{rel}) does not match the cgroup /{rel}/payload "
         f"of process {in_named.pid}"
@@ -548,9 +549,9 @@ def test_find_systemd_form(lab):
     rel = f"ocihooktest.slice/ocihooktest-{tag}.slice/crio-c{tag}.scope"
     scope = lab.mkdir(V1_ROOT, rel)
     s = lab.sleeper(scope)
-    want = CgroupTarget("v1", scope)
+    want = CgroupTarget("v1", scope, unit=f"crio-c{tag}.scope")
     assert find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:c{tag}") == want
-    assert find_container_cgroup(s.pid, f"/{rel}") == want
+    assert find_container_cgroup(s.pid, f"/{rel}") == CgroupTarget("v1", scope)
     with pytest.raises(OcihookError) as exc:
         find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:other")
     assert str(exc.value) == (
