@@ -138,8 +138,10 @@ def unmarshal(sig: str, data: bytes, offset: int = 0, endian: str = "<") -> tupl
         for t in split_signature(sig):
             value, offset = _get(data, offset, t, endian, 0)
             values.append(value)
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise BusError(f"D-Bus message is malformed: {exc}") from None
+    except (struct.error, IndexError):
+        raise BusError("D-Bus message ends inside a value") from None
+    except UnicodeDecodeError:
+        raise BusError("D-Bus message: a string is not UTF-8") from None
     return values, offset
 
 

@@ -29,6 +29,7 @@ MANAGER = "org.freedesktop.systemd1.Manager"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 PARSES_DEVNUM_PATHS = 240  # systemd parses /dev/char/M:N itself from this version on
 TIMEOUT = 5.0
+DEV = "/dev"
 _UNIT_INTERFACE = {".scope": "Scope", ".service": "Service", ".slice": "Slice"}
 
 
@@ -68,8 +69,10 @@ def parse_version(text: str) -> int | None:
     return int(digits) if digits else None
 
 
-def missing_links(entries: list[tuple[str, str]], dev: str = "/dev") -> list[str]:
-    """The /dev/char/M:N paths that do not resolve to a node of that number on the host."""
+def missing_links(entries: list[tuple[str, str]], dev: str | None = None) -> list[str]:
+    """The /dev/char/M:N paths that do not resolve to a node of that number on the host
+    (`dev`: the host's /dev, DEV by default)."""
+    dev = dev or DEV
     out = []
     for path, _ in entries:
         kind, _, numbers = path[len("/dev/") :].partition("/")

@@ -76,9 +76,7 @@ def serve_one_call(conn: d.Connection, reply=None) -> d.Message:
             conn.send(d.ERROR, back, "s", ("no introspection",))
             continue
         sig, body = (
-            reply(message)
-            if reply
-            else (message.fields.get(d.SIGNATURE, ""), tuple(message.body))
+            reply(message) if reply else (message.fields.get(d.SIGNATURE, ""), tuple(message.body))
         )
         conn.send(d.METHOD_RETURN, back, sig, body)
         return message
