@@ -11,9 +11,10 @@ and a runtime update.
   a reload recomputes nothing of it.
 - rootless podman: no device cgroup edit at all (docs/cgroups.md).
 
-On every prestart route a runtime update (podman update, crictl update, runc/crun update)
-re-applies the OCI config's devices and drops the hook's: a prestart hook cannot prevent
-that; only precreate and CDI put the devices where the runtime sees them.
+On every prestart route a runtime update that re-applies the OCI config's devices (podman
+update, crictl update, runc/crun update, depending on the runtime's version) drops the hook's:
+a prestart hook cannot prevent that; only precreate and CDI put the devices where the runtime
+sees them.
 
 The cgroup manager is read from the files the runtime reads (Reader.files): podman's
 `[engine] cgroup_manager`, CRI-O's `[crio.runtime] cgroup_manager` (CONTAINER_CGROUP_MANAGER
@@ -42,8 +43,9 @@ UPDATES = {
     "CRI-O": "crictl update, the kubelet's CPU manager, runc/crun update",
 }
 UPDATE_LIMIT = (
-    "route: {runtime}: a runtime update ({updates}) re-applies the OCI config's devices and "
-    "drops the ones a prestart hook granted; a prestart hook cannot prevent it: use {durable}"
+    "route: {runtime}: a runtime update that re-applies the OCI config's devices ({updates}, "
+    "by the runtime's version: docs/cgroups.md) drops the ones a prestart hook granted, and a "
+    "prestart hook cannot prevent it: use {durable}"
 )
 
 

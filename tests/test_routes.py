@@ -17,9 +17,10 @@ from tests.conftest import REPO
 from tests.support import podman
 
 UPDATE_PODMAN = (
-    "route: podman: a runtime update (podman update, runc/crun update) re-applies the OCI "
-    "config's devices and drops the ones a prestart hook granted; a prestart hook cannot "
-    "prevent it: use the precreate registration (a hooks.d file with the precreate stage) or CDI"
+    "route: podman: a runtime update that re-applies the OCI config's devices (podman update, "
+    "runc/crun update, by the runtime's version: docs/cgroups.md) drops the ones a prestart "
+    "hook granted, and a prestart hook cannot prevent it: use the precreate registration (a "
+    "hooks.d file with the precreate stage) or CDI"
 )
 
 
@@ -125,9 +126,10 @@ def test_crio_reads_its_manager_and_has_no_precreate_route(tmp_path, hooks):
     )
     assert lines[1] == (
         "warning",
-        "route: CRI-O: a runtime update (crictl update, the kubelet's CPU manager, runc/crun "
-        "update) re-applies the OCI config's devices and drops the ones a prestart hook "
-        "granted; a prestart hook cannot prevent it: use CDI (docs/cdi.md)",
+        "route: CRI-O: a runtime update that re-applies the OCI config's devices (crictl "
+        "update, the kubelet's CPU manager, runc/crun update, by the runtime's version: "
+        "docs/cgroups.md) drops the ones a prestart hook granted, and a prestart hook cannot "
+        "prevent it: use CDI (docs/cdi.md)",
     )
     env["CONTAINER_CGROUP_MANAGER"] = "systemd"
     assert routes.cgroup_manager(reader, env, True) == ("systemd", "CONTAINER_CGROUP_MANAGER")

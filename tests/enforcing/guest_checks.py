@@ -544,6 +544,16 @@ def reload_prestart(runtime: str):
         after = sh(["podman", "exec", name, "/usr/bin/synth-smi"])
         shown_after = unit_devices(unit)
         cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        # Measured, not required (docs/cgroups.md: an update that re-applies the OCI
+        # config's devices is beyond a prestart hook): a CPU update, then the nodes again.
+        updated = sh(["podman", "update", "--cpus", "1", name])
+        how = "podman update --cpus 1"
+        if updated.returncode != 0:  # podman 4.3 may lack it: the runtime's own
+            root = {"runc": "/run/runc", "crun": "/run/crun"}[runtime]
+            updated = sh([runtime, "--root", root, "update", "--cpu-share", "512", cid])
+            how = f"{runtime} update --cpu-share 512"
+        after_update = sh(["podman", "exec", name, "/usr/bin/synth-smi"])
+        update_detail = f"after {how} (rc {updated.returncode}): {smi_ok(after_update)[1]}"
         evidence = {
             "unit": unit,
             "cgroup": cgroup,
@@ -551,11 +561,14 @@ def reload_prestart(runtime: str):
             "before_reload": shown,
             "after_reload": shown_after,
             "reload_rc": reload.returncode,
+            "update": how,
+            "update_rc": updated.returncode,
+            "update_out": (updated.stdout + updated.stderr)[-2000:],
+            "after_update_unit": unit_devices(unit),
         }
         save_evidence(".json", json.dumps(evidence, indent=2) + "\n")
-        save_evidence(
-            ".out", before.stdout + before.stderr + "\n--\n" + after.stdout + after.stderr
-        )
+        outputs = [before, after, after_update]
+        save_evidence(".out", "\n--\n".join(r.stdout + r.stderr for r in outputs))
         ok_before, detail_before = smi_ok(before)
         ok_after, detail_after = smi_ok(after)
         allow = shown_after.get("DeviceAllow", "")
@@ -568,7 +581,8 @@ def reload_prestart(runtime: str):
             if unrestricted
             else f"{len(listed)}/{len(wanted)} nodes in the scope's DeviceAllow="
         )
-        return ok, f"before reload {detail_before}; after {detail_after}; {where}"
+        detail = f"before reload {detail_before}; after {detail_after}; {where}"
+        return ok, f"{detail}; measured: {update_detail}"
     finally:
         sh(["podman", "rm", "-f", "-t", "0", name])
 
