@@ -253,6 +253,7 @@ class Connection:
         self.path, self.timeout, self.bus = path, timeout, bus
         self.serial = 0
         self.unique_name: str | None = None
+        self.waiting = " (authentication)"  # what a timeout waited for, in its message
         self._buf = b""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self.deadline = time.monotonic() + timeout
@@ -283,7 +284,7 @@ class Connection:
     def _settimeout(self) -> None:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise BusError(f"D-Bus {self.path}: no answer within {self.timeout:g} s")
+            raise BusError(f"D-Bus {self.path}: no answer within {self.timeout:g} s{self.waiting}")
         self.sock.settimeout(left)
 
     def _recv(self) -> bytes:
@@ -291,7 +292,9 @@ class Connection:
         try:
             chunk = self.sock.recv(65536)
         except socket.timeout:
-            raise BusError(f"D-Bus {self.path}: no answer within {self.timeout:g} s") from None
+            raise BusError(
+                f"D-Bus {self.path}: no answer within {self.timeout:g} s{self.waiting}"
+            ) from None
         if not chunk:
             raise BusError(f"D-Bus {self.path}: the peer closed the connection")
         return chunk
@@ -355,6 +358,7 @@ class Connection:
         fields: dict[int, object] = {PATH: path, INTERFACE: interface, MEMBER: member}
         if destination is not None and self.bus:
             fields[DESTINATION] = destination
+        self.waiting = f" ({interface}.{member})"
         serial = self.send(METHOD_CALL, fields, sig, args, NO_AUTO_START)
         while True:
             message = self.read_message()

@@ -89,19 +89,6 @@ def missing_links(entries: list[tuple[str, str]], dev: str | None = None) -> lis
     return out
 
 
-def connect(timeout: float = TIMEOUT):
-    """A connection to systemd: its private socket (root), else the system bus."""
-    from ocihook import dbuswire
-
-    errors = []
-    for path, bus in ((PRIVATE_SOCKET, False), (SYSTEM_BUS_SOCKET, True)):
-        try:
-            return dbuswire.Connection(path, timeout, bus=bus)
-        except dbuswire.BusError as error:
-            errors.append(str(error))
-    raise dbuswire.BusError("cannot reach systemd: " + "; ".join(errors))
-
-
 class UnitDevices:
     """What the unit holds: its DevicePolicy, its DeviceAllow= entries, systemd's version."""
 
@@ -145,34 +132,51 @@ def add_device_allow(conn, unit: str, entries: list[tuple[str, str]]) -> None:
 def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> list[tuple[str, str]]:
     """Add the rules to the unit's DeviceAllow= (runtime); returns the entries added, []
     where systemd does not restrict the unit's devices (a reload then recomputes nothing
-    that could drop them: logged). OcihookError (one line) when systemd cannot be told."""
+    that could drop them: logged). systemd's private socket first, the system bus where
+    that cannot be reached or does not answer (the exchange is idempotent: entries already
+    there are not added again). OcihookError (one line) when systemd cannot be told."""
     from ocihook import dbuswire
 
     entries = device_allow(rules)
     if not entries:
         return []
-    try:
-        with connect() as conn:
-            unit_devices = read_unit(conn, unit)
-            if not unit_devices.restricts():
-                if log is not None:
-                    log(
-                        f"systemd unit {unit}: DevicePolicy=auto and no DeviceAllow=: systemd "
-                        "does not restrict its devices, no unit property added"
-                    )
-                return []
-            version = unit_devices.version
-            if version is None or version < PARSES_DEVNUM_PATHS:
-                missing = missing_links(entries)
-                if missing:
-                    raise OcihookError(
-                        f"systemd unit {unit}: systemd {version or '(unknown version)'} "
-                        f"needs the host links {', '.join(missing)} (udev makes them; systemd "
-                        f"{PARSES_DEVNUM_PATHS} and later do not need them)"
-                    )
-            wanted = [e for e in entries if e not in unit_devices.allow]
-            if wanted:
-                add_device_allow(conn, unit, wanted)
-            return wanted
-    except dbuswire.BusError as error:
-        raise OcihookError(f"systemd unit {unit}: DeviceAllow= not added: {error}") from None
+    failed = []
+    for path, bus in ((PRIVATE_SOCKET, False), (SYSTEM_BUS_SOCKET, True)):
+        try:
+            with dbuswire.Connection(path, TIMEOUT, bus=bus) as conn:
+                return _exchange(conn, unit, entries, log)
+        except dbuswire.BusError as error:
+            if error.name is not None:  # systemd (or the bus) answered: no
+                raise OcihookError(
+                    f"systemd unit {unit}: DeviceAllow= not added: {error}"
+                ) from None
+            failed.append(str(error))
+    reasons = "; ".join(failed)
+    raise OcihookError(
+        f"systemd unit {unit}: DeviceAllow= not added: cannot reach systemd: {reasons}"
+    )
+
+
+def _exchange(conn, unit: str, entries: list[tuple[str, str]], log) -> list[tuple[str, str]]:
+    """Read the unit, then add the entries it lacks (allow_unit_devices)."""
+    unit_devices = read_unit(conn, unit)
+    if not unit_devices.restricts():
+        if log is not None:
+            log(
+                f"systemd unit {unit}: DevicePolicy=auto and no DeviceAllow=: systemd "
+                "does not restrict its devices, no unit property added"
+            )
+        return []
+    version = unit_devices.version
+    if version is None or version < PARSES_DEVNUM_PATHS:
+        missing = missing_links(entries)
+        if missing:
+            raise OcihookError(
+                f"systemd unit {unit}: systemd {version or '(unknown version)'} "
+                f"needs the host links {', '.join(missing)} (udev makes them; systemd "
+                f"{PARSES_DEVNUM_PATHS} and later do not need them)"
+            )
+    wanted = [e for e in entries if e not in unit_devices.allow]
+    if wanted:
+        add_device_allow(conn, unit, wanted)
+    return wanted

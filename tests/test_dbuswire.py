@@ -100,6 +100,16 @@ def test_gdbus_reads_every_basic_type_we_marshal(bus):
     )
 
 
+def test_a_call_nobody_answers_meets_the_deadline(bus):
+    with d.Connection(bus.path, 10) as callee, d.Connection(bus.path, 0.4) as caller:
+        began = time.monotonic()
+        with pytest.raises(d.BusError) as exc:
+            caller.call(callee.unique_name, "/t", "org.ocihook.Test", "Never")
+        assert 0.3 < time.monotonic() - began < 2
+    assert str(exc.value) == f"D-Bus {bus.path}: no answer within 0.4 s (org.ocihook.Test.Never)"
+    assert exc.value.name is None
+
+
 def test_no_socket(tmp_path):
     with pytest.raises(d.BusError) as exc:
         d.Connection(str(tmp_path / "absent"), 1)
@@ -131,7 +141,7 @@ def test_a_peer_that_never_answers_meets_the_deadline(tmp_path):
     with pytest.raises(d.BusError) as exc:
         d.Connection(path, 0.3, bus=False)
     assert time.monotonic() - began < 2
-    assert str(exc.value) == f"D-Bus {path}: no answer within 0.3 s"
+    assert str(exc.value) == f"D-Bus {path}: no answer within 0.3 s (authentication)"
     listener.close()
 
 

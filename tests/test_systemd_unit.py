@@ -139,3 +139,34 @@ def test_fallback_to_the_system_bus_and_both_failures_named(tmp_path, monkeypatc
         "systemd unit libpod-c1.scope: DeviceAllow= not added: cannot reach systemd: "
         f"D-Bus {tmp_path}/no-private: does not exist; D-Bus {tmp_path}/no-bus: does not exist"
     )
+
+
+def test_a_private_socket_that_does_not_answer_falls_back_to_the_bus(
+    stand_in, monkeypatch, tmp_path
+):
+    """A systemd that takes the call and never answers: the deadline, then the system bus
+    (here a real dbus-daemon without systemd on it: its answer is the error shown)."""
+    stand_in.stall = True
+    monkeypatch.setattr(systemd, "TIMEOUT", 0.5)
+    (tmp_path / "bus").mkdir()
+    bus = Bus(str(tmp_path / "bus"))
+    try:
+        monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", bus.path)
+        with pytest.raises(OcihookError) as exc:
+            systemd.allow_unit_devices("libpod-c1.scope", [NULL])
+        assert str(exc.value).startswith(
+            "systemd unit libpod-c1.scope: DeviceAllow= not added: D-Bus "
+            "org.freedesktop.systemd1.Manager.GetUnit: org.freedesktop.DBus.Error.NameHasNoOwner"
+        )
+        monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", str(tmp_path / "no-bus"))
+        with pytest.raises(OcihookError) as exc:
+            systemd.allow_unit_devices("libpod-c1.scope", [NULL])
+    finally:
+        bus.close()
+    assert str(exc.value) == (
+        "systemd unit libpod-c1.scope: DeviceAllow= not added: cannot reach systemd: "
+        f"D-Bus {stand_in.path}: no answer within 0.5 s "
+        "(org.freedesktop.systemd1.Manager.GetUnit); "
+        f"D-Bus {tmp_path}/no-bus: does not exist"
+    )
+    assert stand_in.calls[0] == ("(stalled)", ["libpod-c1.scope"])

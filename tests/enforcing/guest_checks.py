@@ -527,8 +527,10 @@ def reload_prestart(runtime: str):
         + ["--annotation", f"{ANNOTATION}=all", f"localhost/{IMAGE_NAME}:latest", "sleep", "600"]
     )
     if started.returncode != 0:
-        save_evidence(".out", started.stdout + started.stderr)
-        return False, f"podman run -d: {started.stderr.strip()[-300:]}"
+        logged = sh(["journalctl", "-b", "-t", "ocihook", "-n", "5", "--no-pager"]).stdout
+        save_evidence(".out", started.stdout + started.stderr + "\n--\n" + logged)
+        last = logged.strip().splitlines()[-1:] or ["(no hook log)"]
+        return False, f"podman run -d: {started.stderr.strip()[-200:]}; hook log: {last[0]}"
     try:
         fmt = "{{.Id}} {{.State.Pid}}"
         cid, pid = sh(["podman", "inspect", "-f", fmt, name]).stdout.split()

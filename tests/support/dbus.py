@@ -99,6 +99,7 @@ class StandInSystemd:
         self.path, self.units, self.version = path, units, version
         self.calls: list[tuple[str, list]] = []
         self.fail_set: str | None = None  # an error name SetUnitProperties answers with
+        self.stall = False  # read the calls, answer none (a hung systemd)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(4)
@@ -150,6 +151,9 @@ class StandInSystemd:
             while len(buf) < total:
                 buf += sock.recv(65536)
             message, buf = d.decode_message(buf[:total]), buf[total:]
+            if self.stall:
+                self.calls.append(("(stalled)", message.body))
+                continue
             serial += 1
             kind, fields, sig, body = self._answer(message)
             fields[d.REPLY_SERIAL] = message.serial
