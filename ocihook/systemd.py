@@ -28,7 +28,8 @@ MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER = "org.freedesktop.systemd1.Manager"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 PARSES_DEVNUM_PATHS = 240  # systemd parses /dev/char/M:N itself from this version on
-TIMEOUT = 5.0
+TIMEOUT = 10.0  # per attempt and call: systemd answers in ms, but not while it reloads; two
+# attempts (private socket, system bus) stay within hooks.d's 30 s
 DEV = "/dev"
 _UNIT_INTERFACE = {".scope": "Scope", ".service": "Service", ".slice": "Slice"}
 
@@ -151,6 +152,8 @@ def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> list[tup
                     f"systemd unit {unit}: DeviceAllow= not added: {error}"
                 ) from None
             failed.append(str(error))
+            if log is not None and not bus:
+                log(f"systemd unit {unit}: {error}; trying the system bus")
     reasons = "; ".join(failed)
     raise OcihookError(
         f"systemd unit {unit}: DeviceAllow= not added: cannot reach systemd: {reasons}"

@@ -152,8 +152,13 @@ def test_a_private_socket_that_does_not_answer_falls_back_to_the_bus(
     bus = Bus(str(tmp_path / "bus"))
     try:
         monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", bus.path)
+        lines = []
         with pytest.raises(OcihookError) as exc:
-            systemd.allow_unit_devices("libpod-c1.scope", [NULL])
+            systemd.allow_unit_devices("libpod-c1.scope", [NULL], lines.append)
+        assert lines == [
+            f"systemd unit libpod-c1.scope: D-Bus {stand_in.path}: no answer within 0.5 s "
+            "(org.freedesktop.systemd1.Manager.GetUnit); trying the system bus"
+        ]
         assert str(exc.value).startswith(
             "systemd unit libpod-c1.scope: DeviceAllow= not added: D-Bus "
             "org.freedesktop.systemd1.Manager.GetUnit: org.freedesktop.DBus.Error.NameHasNoOwner"
