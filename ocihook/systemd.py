@@ -4,8 +4,11 @@ systemd recomputes a unit's device cgroup (the v2 BPF program, the v1 devices.al
 from its DeviceAllow= properties on every `systemctl daemon-reload`, and so drops rules that
 only the hook's cgroup edit holds. The hook therefore also adds them to the unit, as
 `systemctl set-property --runtime UNIT DeviceAllow=...` does: SetUnitProperties(unit,
-runtime=true, [("DeviceAllow", a(ss))]) over systemd's private socket (no dbus-daemon
-needed), else the system bus. Imported only when cgroupsPath names a systemd unit.
+runtime=true, [("DeviceAllow", a(ss))]) over the system bus, else systemd's private socket
+(no dbus-daemon needed). Imported only when cgroupsPath names a systemd unit.
+
+The bus comes first: under crun in the enforcing guests systemd answered the private socket
+not at all within 10 s (every time, runc: at once), the bus at once (docs/cgroups.md).
 
 Each rule is named `/dev/char/M:N` (`/dev/block/M:N`): systemd 240 and later parse that path
 without looking at the file system, so the grant is exactly the node and the hook creates no
@@ -29,7 +32,12 @@ MANAGER = "org.freedesktop.systemd1.Manager"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 PARSES_DEVNUM_PATHS = 240  # systemd parses /dev/char/M:N itself from this version on
 TIMEOUT = 10.0  # per attempt and call: systemd answers in ms, but not while it reloads; two
-# attempts (private socket, system bus) stay within hooks.d's 30 s
+# attempts (system bus, private socket) stay within hooks.d's 30 s
+# The bus daemon's answers that say systemd is not on the bus (then the private socket)
+NOT_ON_THE_BUS = (
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+)
 DEV = "/dev"
 _UNIT_INTERFACE = {".scope": "Scope", ".service": "Service", ".slice": "Slice"}
 
@@ -133,27 +141,31 @@ def add_device_allow(conn, unit: str, entries: list[tuple[str, str]]) -> None:
 def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> list[tuple[str, str]]:
     """Add the rules to the unit's DeviceAllow= (runtime); returns the entries added, []
     where systemd does not restrict the unit's devices (a reload then recomputes nothing
-    that could drop them: logged). systemd's private socket first, the system bus where
-    that cannot be reached or does not answer (the exchange is idempotent: entries already
-    there are not added again). OcihookError (one line) when systemd cannot be told."""
+    that could drop them: logged). The system bus first (what the runtimes use), systemd's
+    private socket where the bus cannot be reached, does not answer or has no systemd on it
+    (logged; the exchange is idempotent: entries already there are not added again).
+    OcihookError (one line) when systemd cannot be told."""
     from ocihook import dbuswire
 
     entries = device_allow(rules)
     if not entries:
         return []
     failed = []
-    for path, bus in ((PRIVATE_SOCKET, False), (SYSTEM_BUS_SOCKET, True)):
+    for path, bus in ((SYSTEM_BUS_SOCKET, True), (PRIVATE_SOCKET, False)):
+        if bus and not os.path.exists(path):  # no dbus-daemon: the private socket, unlogged
+            failed.append(f"D-Bus {path}: does not exist")
+            continue
         try:
             with dbuswire.Connection(path, TIMEOUT, bus=bus) as conn:
                 return _exchange(conn, unit, entries, log)
         except dbuswire.BusError as error:
-            if error.name is not None:  # systemd (or the bus) answered: no
+            if error.name is not None and error.name not in NOT_ON_THE_BUS:
                 raise OcihookError(
                     f"systemd unit {unit}: DeviceAllow= not added: {error}"
                 ) from None
             failed.append(str(error))
-            if log is not None and not bus:
-                log(f"systemd unit {unit}: {error}; trying the system bus")
+            if log is not None and bus:
+                log(f"systemd unit {unit}: {error}; trying systemd's private socket")
     reasons = "; ".join(failed)
     raise OcihookError(
         f"systemd unit {unit}: DeviceAllow= not added: cannot reach systemd: {reasons}"

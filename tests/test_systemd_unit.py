@@ -118,60 +118,46 @@ def test_old_systemd_needs_the_links(stand_in, monkeypatch, tmp_path):
     )
 
 
-def test_fallback_to_the_system_bus_and_both_failures_named(tmp_path, monkeypatch):
-    bus = Bus(str(tmp_path))
-    try:
-        monkeypatch.setattr(systemd, "PRIVATE_SOCKET", str(tmp_path / "no-private"))
-        monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", bus.path)
-        with pytest.raises(OcihookError) as exc:
-            systemd.allow_unit_devices("libpod-c1.scope", [NULL])
-    finally:
-        bus.close()
-    assert str(exc.value) == (
-        "systemd unit libpod-c1.scope: DeviceAllow= not added: D-Bus "
-        "org.freedesktop.systemd1.Manager.GetUnit: org.freedesktop.DBus.Error.NameHasNoOwner: "
-        'Name "org.freedesktop.systemd1" does not exist'
-    )
-    monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", str(tmp_path / "no-bus"))
-    with pytest.raises(OcihookError) as exc:
-        systemd.allow_unit_devices("libpod-c1.scope", [NULL])
-    assert str(exc.value) == (
-        "systemd unit libpod-c1.scope: DeviceAllow= not added: cannot reach systemd: "
-        f"D-Bus {tmp_path}/no-private: does not exist; D-Bus {tmp_path}/no-bus: does not exist"
-    )
-
-
-def test_a_private_socket_that_does_not_answer_falls_back_to_the_bus(
-    stand_in, monkeypatch, tmp_path
-):
-    """A systemd that takes the call and never answers: the deadline, then the system bus
-    (here a real dbus-daemon without systemd on it: its answer is the error shown)."""
-    stand_in.stall = True
-    monkeypatch.setattr(systemd, "TIMEOUT", 0.5)
+def test_the_bus_first_then_the_private_socket(stand_in, monkeypatch, tmp_path):
+    """A system bus without systemd on it (a real dbus-daemon: NameHasNoOwner): logged, and
+    the private socket (the stand-in) takes the rules."""
     (tmp_path / "bus").mkdir()
     bus = Bus(str(tmp_path / "bus"))
     try:
         monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", bus.path)
         lines = []
-        with pytest.raises(OcihookError) as exc:
-            systemd.allow_unit_devices("libpod-c1.scope", [NULL], lines.append)
-        assert lines == [
-            f"systemd unit libpod-c1.scope: D-Bus {stand_in.path}: no answer within 0.5 s "
-            "(org.freedesktop.systemd1.Manager.GetUnit); trying the system bus"
-        ]
-        assert str(exc.value).startswith(
-            "systemd unit libpod-c1.scope: DeviceAllow= not added: D-Bus "
-            "org.freedesktop.systemd1.Manager.GetUnit: org.freedesktop.DBus.Error.NameHasNoOwner"
-        )
-        monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", str(tmp_path / "no-bus"))
-        with pytest.raises(OcihookError) as exc:
-            systemd.allow_unit_devices("libpod-c1.scope", [NULL])
+        added = systemd.allow_unit_devices("libpod-c1.scope", [NULL], lines.append)
     finally:
         bus.close()
+    assert added == [("/dev/char/1:3", "rw")]
+    assert lines == [
+        "systemd unit libpod-c1.scope: D-Bus org.freedesktop.systemd1.Manager.GetUnit: "
+        'org.freedesktop.DBus.Error.NameHasNoOwner: Name "org.freedesktop.systemd1" does not '
+        "exist; trying systemd's private socket"
+    ]
+    assert stand_in.units["libpod-c1.scope"].allow == [("/dev/char/1:5", "rwm"), *added]
+
+
+def test_neither_socket_and_both_failures_named(stand_in, monkeypatch, tmp_path):
+    monkeypatch.setattr(systemd, "PRIVATE_SOCKET", str(tmp_path / "no-private"))
+    with pytest.raises(OcihookError) as exc:
+        systemd.allow_unit_devices("libpod-c1.scope", [NULL])
     assert str(exc.value) == (
         "systemd unit libpod-c1.scope: DeviceAllow= not added: cannot reach systemd: "
-        f"D-Bus {stand_in.path}: no answer within 0.5 s "
-        "(org.freedesktop.systemd1.Manager.GetUnit); "
-        f"D-Bus {tmp_path}/no-bus: does not exist"
+        f"D-Bus {tmp_path}/no-bus: does not exist; D-Bus {tmp_path}/no-private: does not exist"
     )
-    assert stand_in.calls[0] == ("(stalled)", ["libpod-c1.scope"])
+
+
+def test_a_systemd_that_does_not_answer_meets_the_deadline(stand_in, monkeypatch, tmp_path):
+    """A systemd that takes the call and never answers (no bus here): the deadline, then
+    one line naming both tries; no SetUnitProperties went out."""
+    stand_in.stall = True
+    monkeypatch.setattr(systemd, "TIMEOUT", 0.5)
+    with pytest.raises(OcihookError) as exc:
+        systemd.allow_unit_devices("libpod-c1.scope", [NULL])
+    assert str(exc.value) == (
+        "systemd unit libpod-c1.scope: DeviceAllow= not added: cannot reach systemd: "
+        f"D-Bus {tmp_path}/no-bus: does not exist; D-Bus {stand_in.path}: no answer within "
+        "0.5 s (org.freedesktop.systemd1.Manager.GetUnit)"
+    )
+    assert stand_in.calls == [("(stalled)", ["libpod-c1.scope"])]
