@@ -11,6 +11,12 @@ when it is empty), and device programs may sit on either: crun 1.8 to 1.22 attac
 the subgroup, and from 1.19 systemd attaches one to the scope for crun's DeviceAllow= (crun
 1.23 and later rely on that one alone). Every program of both gates the container, so both
 are extended; nothing above the container's own scope is ever touched.
+
+Under the systemd cgroup manager (cgroupsPath `slice:prefix:name`) the rules are also added
+to the container's unit as runtime DeviceAllow= properties (systemd.py, over D-Bus), so that
+a `systemctl daemon-reload`, which recomputes the unit's device cgroup from its properties,
+keeps them. A runtime `update` that re-applies the OCI config's devices still drops them: only
+the precreate route and CDI put them where the runtime sees them (docs/cgroups.md).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from ocihook.slots import Struct
 
 V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
+UNIT_ACTION = "unit-device-allow"  # a runtime DeviceAllow= property of the systemd unit
 
 
 SUBGROUP_ANNOTATION = "run.oci.systemd.subgroup"
@@ -34,14 +41,16 @@ DEFAULT_SUBGROUP = "container"  # crun's, with the systemd cgroup manager on cgr
 class CgroupTarget(Struct):
     """A container's cgroup directory: version "v1" (devices controller) or "v2"; `scope`:
     the container's own cgroup (cgroupsPath) when the runtime put the process in a subgroup
-    of it (crun, systemd, v2), else None."""
+    of it (crun, systemd, v2), else None; `unit`: the systemd unit that cgroupsPath names
+    (the systemd cgroup manager), else None."""
 
-    __slots__ = ("version", "path", "scope")
-    _defaults = {"scope": None}
+    __slots__ = ("version", "path", "scope", "unit")
+    _defaults = {"scope": None, "unit": None}
 
     version: str
     path: str
     scope: str | None
+    unit: str | None
 
     def dirs(self) -> list[str]:
         """The cgroup directories whose device programs gate the container, innermost first."""
@@ -54,9 +63,9 @@ class DeviceEdit(Struct):
 
     __slots__ = ("cgroup", "path", "action", "rule")
 
-    cgroup: str  # "v1" or "v2"
-    path: str  # the cgroup directory
-    action: str  # V1_ACTION or V2_ACTION
+    cgroup: str  # "v1" or "v2"; "systemd" for a unit property
+    path: str  # the cgroup directory; the unit's name for a unit property
+    action: str  # V1_ACTION, V2_ACTION or UNIT_ACTION
     rule: DeviceRule
 
     def record(self) -> dict:
@@ -126,19 +135,27 @@ def expand_slice(slice_name: str) -> str:
     return "/".join("-".join(words[: i + 1]) + ".slice" for i in range(len(words)))
 
 
+def systemd_unit(cgroups_path: str | None) -> str | None:
+    """The systemd unit a 'slice:prefix:name' cgroupsPath names (the systemd cgroup
+    manager): 'prefix-name.scope', or name when it is a slice; None for a cgroupfs path."""
+    if not cgroups_path or ":" not in cgroups_path:
+        return None
+    parts = cgroups_path.split(":")
+    if len(parts) != 3 or not parts[2]:
+        raise OcihookError(f"cgroupsPath {cgroups_path!r} is not of the form slice:prefix:name")
+    _, prefix, name = parts
+    if "/" in prefix or "/" in name or ".." in (prefix, name):
+        raise OcihookError(f"cgroupsPath {cgroups_path!r} has '/' or '..' in prefix or name")
+    if name.endswith(".slice"):
+        return name
+    return f"{prefix}-{name}.scope" if prefix else f"{name}.scope"
+
+
 def expected_cgroup_path(cgroups_path: str) -> str:
     """config.json cgroupsPath to a cgroup path: '/a/b' as is, 'slice:prefix:name' as systemd."""
-    if ":" in cgroups_path:
-        parts = cgroups_path.split(":")
-        if len(parts) != 3 or not parts[2]:
-            raise OcihookError(f"cgroupsPath {cgroups_path!r} is not of the form slice:prefix:name")
-        slice_name, prefix, name = parts
-        if "/" in prefix or "/" in name or ".." in (prefix, name):
-            raise OcihookError(f"cgroupsPath {cgroups_path!r} has '/' or '..' in prefix or name")
-        if name.endswith(".slice"):
-            unit = name
-        else:
-            unit = f"{prefix}-{name}.scope" if prefix else f"{name}.scope"
+    unit = systemd_unit(cgroups_path)
+    if unit is not None:
+        slice_name = cgroups_path.split(":")[0]
         base = expand_slice(slice_name or "system.slice")
         return _clean_cgroup_path(f"/{base}/{unit}", "cgroupsPath")
     if any(p == ".." for p in cgroups_path.split("/")):
@@ -220,7 +237,7 @@ def find_container_cgroup(
                 )
         finally:
             os.close(fd)
-    return CgroupTarget(version, path, scope)
+    return CgroupTarget(version, path, scope, systemd_unit(cgroups_path))
 
 
 def _open_dir(path: str, what: str) -> int:
@@ -259,8 +276,46 @@ def plan_device_edits(target: CgroupTarget, rules: list[DeviceRule]) -> list[Dev
     return [DeviceEdit(target.version, d, action, r) for d in target.dirs() for r in unique]
 
 
-def allow_devices(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
-    """Let the container use these devices; returns the edits made (same as the plan)."""
+def allow_devices(target: CgroupTarget, rules: list[DeviceRule], log=None) -> list[DeviceEdit]:
+    """Let the container use these devices; returns the edits made: the plan's, then the
+    systemd unit's DeviceAllow= entries added (systemd cgroup manager). A unit that cannot
+    be told undoes the cgroup edits and refuses (OcihookError); `log(line)` says where
+    nothing needed telling."""
+    edits = _allow_cgroup(target, rules)
+    if target.unit is None or not edits:
+        return edits
+    try:
+        return edits + _allow_unit(target, [e.rule for e in edits if e.path == target.path], log)
+    except BaseException:
+        try:
+            revert_device_edits(target, edits)
+        except OcihookError:
+            pass  # the unit's error is the one the runtime shows
+        raise
+
+
+def _allow_unit(target: CgroupTarget, rules: list[DeviceRule], log) -> list[DeviceEdit]:
+    """The rules added to the unit's runtime DeviceAllow= (systemd.py)."""
+    from ocihook import systemd  # the D-Bus client: only under the systemd cgroup manager
+
+    unit = str(target.unit)
+    if not systemd.booted():
+        if log is not None:
+            log(
+                f"systemd unit {unit}: systemd is not PID 1 ({systemd.BOOTED_DIR} is absent): "
+                "no unit to tell, the device rules are in the cgroup only"
+            )
+        return []
+    added = systemd.allow_unit_devices(unit, rules, log)
+    return [
+        DeviceEdit("systemd", unit, UNIT_ACTION, r)
+        for r in rules
+        if (systemd.device_path(r), r.access) in added
+    ]
+
+
+def _allow_cgroup(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
+    """The cgroup's own edits (v1 devices.allow, v2 BPF prepend); same as the plan."""
     edits = plan_device_edits(target, rules)
     if not edits:
         return []

@@ -182,11 +182,13 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     firmware; soname links the container gets that the host lacks are warnings), ldconfig,
     the config cache dir, the hooks.d directories podman (rootless podman, for a user) and
     CRI-O read by their configuration files, every hooks.d file there as they parse it (Go's
-    JSON, Go's regexp), and where ocihook is registered.
+    JSON, Go's regexp), where ocihook is registered, and for each runtime the route the hook
+    takes (precreate, or prestart with the cgroup manager it uses) and whether the devices it
+    grants survive systemctl daemon-reload and a runtime update.
 
     Prints one line per check (ok, WARNING or FAILED) and exits 1 when anything FAILED.
     """
-    from ocihook import hooksdirs, registration
+    from ocihook import hooksdirs, registration, routes
     from ocihook.findings import FAILED, OK, WARNING, Finding, as_data, failed, render
 
     findings: list[Finding] = []
@@ -218,6 +220,7 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     readers = hooksdirs.readers()
     findings += registration.runtime_findings(readers)
     findings += registration.registration_findings(readers, list(hooks_dirs))
+    findings += routes.route_findings(readers, list(hooks_dirs))
     status = EXIT_FAILURE if failed(findings) else 0
     if as_json:
         emit_json(

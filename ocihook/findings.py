@@ -13,7 +13,7 @@ class Finding:
     """One thing check looked at: its status, what it is about, and what it found."""
 
     status: str  # ok, warning or failed
-    topic: str  # config, driver, device, ldconfig, cache, runtime, hooks-dir, hooks.d
+    topic: str  # config, driver, device, ldconfig, cache, runtime, hooks-dir, hooks.d, route
     message: str
     path: str | None = None
 

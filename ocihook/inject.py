@@ -253,7 +253,8 @@ class _Injection:
             cgroup = cgroups.find_container_cgroup(
                 container.pid, container.cgroups_path, annotations=container.annotations
             )
-            self.edits = cgroups.allow_devices(cgroup, rules)
+            info = lambda line: self.log.info(f"{container.id}: {line}")  # noqa: E731
+            self.edits = cgroups.allow_devices(cgroup, rules, info)
             if self.log.debug_enabled:
                 records = [e.record() for e in self.edits]
                 self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")

@@ -21,7 +21,8 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
                  from the fd that was mounted; null: not read)}]
     links        [{target, points_to}]
     devices      [{path, host_path, type, major, minor, index, label}]
-    cgroup       [{cgroup ("v1"/"v2"), path, action, rule ("c 10:237 rw")}]: the edits made
+    cgroup       [{cgroup ("v1"/"v2"; "systemd": the unit's DeviceAllow=, path the unit's
+                  name), path, action, rule ("c 10:237 rw")}]: the edits made
     ld_dirs, ld_cache  the dirs the container's ld cache was updated for (the image's CUDA
                        compat dir first when it was taken), and how
                  ("native", "ldconfig"; null and [] when it was not)

@@ -2,7 +2,8 @@
 # Installs the Debian packages that the demo, the tests, the RPM build and the enforcing
 # guest (qemu, mmdebstrap: make test-enforcing) need. The CRI-O tier runs ../shared/tools/crio
 # (built from source: not a Debian package) with Debian's conmon, runc and CNI plugins; that
-# crio links libsqlite3.
+# crio links libsqlite3. dbus-daemon and gdbus (libglib2.0-bin): the other peers of the D-Bus
+# client's tests (tests/test_dbuswire.py).
 # Idempotent: does nothing when every package is already installed.
 set -eu
 PKGS="podman runc uidmap slirp4netns fuse-overlayfs busybox-static gcc make libc6-dev
@@ -12,7 +13,7 @@ python3-dev rpm rpmlint zstd attr cpio
 python3-click python3-yaml python3-jsonschema python3-pip python3-setuptools python3-wheel
 qemu-system-x86 mmdebstrap e2fsprogs git
 conmon containernetworking-plugins libsqlite3-0
-zsh"
+zsh dbus-daemon dbus-bin libglib2.0-bin"
 # shellcheck disable=SC2086
 if dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | grep -qv 'install ok installed' \
    || [ "$(dpkg-query -W -f='${Status}\n' $PKGS 2>/dev/null | wc -l)" -ne "$(echo $PKGS | wc -w)" ]; then

@@ -30,6 +30,7 @@ LAYERS = {
         "ocihook",
         "ocihook.atomic",
         "ocihook.audit",
+        "ocihook.dbuswire",
         "ocihook.cdi",
         "ocihook.devnames",
         "ocihook.devrules",
@@ -89,6 +90,7 @@ LAYERS = {
         "ocihook.owned",
         "ocihook.registration",
         "ocihook.roots",
+        "ocihook.routes",
     },
     "execution": {  # the privileged injection path: mounts, nodes, cgroups, ld cache
         "ocihook.apply",
@@ -98,6 +100,7 @@ LAYERS = {
         "ocihook.inject",
         "ocihook.ldcache",
         "ocihook.ldnative",
+        "ocihook.systemd",
     },
     "frontends": {  # the hook and the commands
         "ocihook.audit.cli",
@@ -265,7 +268,9 @@ def test_read_only_commands_never_import_the_injection_path(synth_root, tmp_path
     control = json.loads(
         subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
     )
-    assert PRIVILEGED - {"ocihook.cgroup_v2", "ocihook.bpf"} <= set(control)
+    lazy = {"ocihook.cgroup_v2", "ocihook.bpf", "ocihook.systemd"}  # v2 hosts; systemd manager
+    assert PRIVILEGED - lazy <= set(control)
+    assert not lazy & set(control) and "ocihook.dbuswire" not in control
 
 
 def _kind_comparisons(tree: ast.AST) -> list[int]:

@@ -437,7 +437,7 @@ def _find_v2(pid, cgroups_path, annotations):
         t = find_container_cgroup(pid, cgroups_path, annotations=annotations)
     except OcihookError as exc:
         return str(exc)
-    return [t.version, t.path, t.scope]
+    return [t.version, t.path, t.scope, t.unit]
 
 
 @pytest.mark.root
@@ -449,9 +449,10 @@ def test_find_crun_subgroup_of_the_systemd_scope(lab):
     named = lab.mkdir(V2_ROOT, rel + "/payload")
     in_sub, in_named = lab.sleeper(sub), lab.sleeper(named)
     systemd = f"ocihooktest-{tag}.slice:libpod:c{tag}"
-    assert in_child(_find_v2, in_sub.pid, systemd, {}) == ["v2", sub, scope]
+    unit = f"libpod-c{tag}.scope"
+    assert in_child(_find_v2, in_sub.pid, systemd, {}) == ["v2", sub, scope, unit]
     annotated = {"run.oci.systemd.subgroup": "payload"}
-    assert in_child(_find_v2, in_named.pid, systemd, annotated) == ["v2", named, scope]
+    assert in_child(_find_v2, in_named.pid, systemd, annotated) == ["v2", named, scope, unit]
     mismatch = (
         f"cgroupsPath '{systemd}' (/{rel}) does not match the cgroup /{rel}/payload "
         f"of process {in_named.pid}"
@@ -548,9 +549,9 @@ def test_find_systemd_form(lab):
     rel = f"ocihooktest.slice/ocihooktest-{tag}.slice/crio-c{tag}.scope"
     scope = lab.mkdir(V1_ROOT, rel)
     s = lab.sleeper(scope)
-    want = CgroupTarget("v1", scope)
+    want = CgroupTarget("v1", scope, unit=f"crio-c{tag}.scope")
     assert find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:c{tag}") == want
-    assert find_container_cgroup(s.pid, f"/{rel}") == want
+    assert find_container_cgroup(s.pid, f"/{rel}") == CgroupTarget("v1", scope)
     with pytest.raises(OcihookError) as exc:
         find_container_cgroup(s.pid, f"ocihooktest-{tag}.slice:crio:other")
     assert str(exc.value) == (
@@ -741,3 +742,81 @@ def test_device_edits_match_golden():
     assert value == golden_json(Path(__file__).parent / "golden/cgroup-edits.json", value)
     decoded = device_programs.decode_device_filter(prefix + bpf.device_filter([]))
     assert [rule for rule, _ in decoded.rules] == typed
+
+
+# ---------------------------------------------------------------------------
+# the systemd cgroup manager: the unit's DeviceAllow= too (tests/test_systemd_unit.py has
+# the D-Bus side; here the cgroup edit around it, on real cgroups)
+
+
+@pytest.fixture
+def systemd_peer(tmp_path, monkeypatch):
+    """systemd 'booted' (BOOTED_DIR made), its private socket a stand-in serving one strict
+    unit, libpod-c1.scope (tests/support/dbus.py); no system bus."""
+    from ocihook import systemd
+    from tests.support.dbus import StandInSystemd, Unit
+
+    (tmp_path / "booted").mkdir()
+    monkeypatch.setattr(systemd, "BOOTED_DIR", str(tmp_path / "booted"))
+    monkeypatch.setattr(systemd, "PRIVATE_SOCKET", str(tmp_path / "private"))
+    monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", str(tmp_path / "no-bus"))
+    server = StandInSystemd(str(tmp_path / "private"), {"libpod-c1.scope": Unit("strict")})
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_unit_gets_the_rules_after_the_cgroup(version, systemd_peer, request):
+    cgroup = request.getfixturevalue("v1_cgroup" if version == "v1" else "v2_runtime")
+    target = CgroupTarget(version, cgroup, unit="libpod-c1.scope")
+    edits = allow_devices(target, [ACCEL_RW])
+    path = f"/dev/char/{ACCEL.major}:{ACCEL.minor}"
+    assert [e.record() for e in edits][1:] == [
+        {
+            "cgroup": "systemd",
+            "path": "libpod-c1.scope",
+            "action": "unit-device-allow",
+            "rule": ACCEL.rule("rw"),
+        }
+    ]
+    assert systemd_peer.units["libpod-c1.scope"].allow == [(path, "rw")]
+    assert probe(cgroup, (ACCEL_NODE, RW)) == [0]
+    revert_device_edits(target, edits)  # the cgroup's part; the unit goes with the container
+    assert probe(cgroup, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_unit_that_cannot_be_told_undoes_the_cgroup_edit(version, systemd_peer, request):
+    cgroup = request.getfixturevalue("v1_cgroup" if version == "v1" else "v2_runtime")
+    before = attached(cgroup) if version == "v2" else None
+    systemd_peer.fail_set = "org.freedesktop.DBus.Error.AccessDenied"
+    target = CgroupTarget(version, cgroup, unit="libpod-c1.scope")
+    with pytest.raises(OcihookError) as exc:
+        allow_devices(target, [ACCEL_RW])
+    assert str(exc.value) == (
+        "systemd unit libpod-c1.scope: DeviceAllow= not added: D-Bus "
+        "org.freedesktop.systemd1.Manager.SetUnitProperties: "
+        "org.freedesktop.DBus.Error.AccessDenied: refused by the stand-in"
+    )
+    assert probe(cgroup, (ACCEL_NODE, RW), ("/dev/null", RW)) == ["EPERM", 0]
+    if version == "v2":
+        assert [p for _, p in attached(cgroup)[1]] == [p for _, p in before[1]]
+
+
+@pytest.mark.root
+def test_without_systemd_as_pid_1_the_cgroup_alone_is_edited(v1_cgroup, monkeypatch, tmp_path):
+    from ocihook import systemd
+
+    monkeypatch.setattr(systemd, "BOOTED_DIR", str(tmp_path / "absent"))
+    lines = []
+    target = CgroupTarget("v1", v1_cgroup, unit="libpod-c1.scope")
+    edits = allow_devices(target, [ACCEL_RW], lines.append)
+    assert edits == plan_device_edits(target, [ACCEL_RW])
+    assert lines == [
+        f"systemd unit libpod-c1.scope: systemd is not PID 1 ({tmp_path}/absent is absent): "
+        "no unit to tell, the device rules are in the cgroup only"
+    ]
