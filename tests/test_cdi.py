@@ -574,3 +574,37 @@ def test_cdi_hook_as_a_prestart_hook_joins_the_container(tmp_path, image_debian)
         assert result.stdout.split() == [
             "0", "'/usr/lib/x86_64-linux-gnu/libx.so.1'", "->", "'libx.so.1.2'",
         ]  # fmt: skip
+
+
+@pytest.mark.root
+def test_cdi_hook_without_a_pid_works_in_the_containers_namespace(tmp_path):
+    """crun runs createContainer hooks from the container's init with no pid in the state
+    (crun's do_hooks(def, 0, ...)): cdi-hook then works in the mount namespace it was started
+    in. A stand-in for crun (which cannot run on this hybrid cgroup host): a private mount
+    namespace (unshare) with a tmpfs rootfs, cdi-hook started there with a pid-less state.
+    Outside a container's namespace the same state is refused in one line."""
+    bundle = tmp_path / "bundle"
+    rootfs = bundle / "rootfs"
+    rootfs.mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = json.dumps(hostile.state(str(bundle), None, None, status="created")).encode()
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    link = "/usr/lib/x86_64-linux-gnu/libx.so.1"
+    script = (
+        f"mount -t tmpfs none {rootfs} && mkdir -p {rootfs}/usr/lib/x86_64-linux-gnu && "
+        f'"$0" cdi-hook create-symlinks --selinux-label none --link libx.so.1.2::{link} && '
+        f"readlink {rootfs}{link}"
+    )
+    inside = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, OCIHOOK],
+        input=state, capture_output=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.decode() == "libx.so.1.2\n"
+    assert not (rootfs / "usr").exists()  # the tmpfs went with the namespace
+    outside = ocihook("cdi-hook", "create-symlinks", "--link", f"libx.so.1.2::{link}",
+                      stdin=state, env=env)  # fmt: skip
+    assert outside.returncode == 1
+    line = outside.stderr.decode()  # the host's namespace, or no rootfs mounted there
+    assert line.startswith("ocihook: ") and line.count("\n") == 1, line
+    assert list(rootfs.iterdir()) == []

@@ -79,9 +79,11 @@ class _Rootfs:
 
     def __init__(self, container: Container) -> None:
         self.container = container
-        if container.pid <= 0:
-            raise OcihookError("state on stdin: field 'pid' is missing or 0")
-        inside = _in_container_of(container.pid)
+        if container.pid < 0:
+            raise OcihookError("state on stdin: field 'pid' is negative")
+        # crun runs createContainer hooks from the container's init, in its namespaces, with
+        # no pid in the state (its do_hooks(def, 0, ...)); runc with the init's pid.
+        inside = container.pid == 0 or _in_container_of(container.pid)
         self.joined = not inside
         # st_dev of every file system mounted where we start: a directory on one of them,
         # other than the rootfs's own mount, is shared with the host (a volume, /dev, and
