@@ -33,7 +33,8 @@ from ocihook import securepath
 from ocihook.devnames import GPU_PREFIX, pci_address, uuid_name
 from ocihook.errors import OcihookError
 from ocihook.plan import DeviceNode
-from ocihook.roots import Roots, host_path, in_root, resolve_final
+from ocihook.procdevices import char_majors
+from ocihook.roots import Roots, host_path, in_root, read_small_file, resolve_final
 from ocihook.slots import Struct
 
 TYPE_CHECKING = False
@@ -88,19 +89,7 @@ def settings(spec: dict) -> dict | None:
 
 
 def _read(roots: Roots, path: str) -> str | None:
-    """A small text file under the device root (by fd, in-root), or None if missing."""
-    try:
-        fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as error:
-        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
-    try:
-        return os.read(fd, MAX_FILE).decode("ascii", "replace")
-    except OSError as error:
-        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
-    finally:
-        os.close(fd)
+    return read_small_file(roots, path, MAX_FILE)
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -175,11 +164,9 @@ def number_gpus(roots: Roots, nvidia: dict, found: dict, names: Names | None) ->
 
 def caps_major(roots: Roots, nvidia: dict) -> int:
     """The char major of the driver's capability nodes (its name in /proc/devices)."""
-    text = _read(roots, "/proc/devices") or ""
-    for line in text.split("Block devices:")[0].splitlines():
-        number, _, name = line.strip().partition(" ")
-        if name.strip() == nvidia["caps_major"] and _small_number(number, 4096) is not None:
-            return int(number)
+    majors = char_majors(roots).get(nvidia["caps_major"])
+    if majors:
+        return min(majors)
     raise OcihookError(
         f"{host_path(roots.device_root, '/proc/devices')}: no char major "
         f"'{nvidia['caps_major']}': MIG devices need the driver's capability nodes "

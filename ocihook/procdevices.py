@@ -7,11 +7,7 @@ request for GPUs alone never opens these files.
 
 from __future__ import annotations
 
-import os
-
-from ocihook import securepath
-from ocihook.errors import OcihookError
-from ocihook.roots import Roots, host_path
+from ocihook.roots import Roots, read_small_file
 
 MAX_FILE = 64 << 10
 MAX_MAJOR = 4096  # the kernel's CHRDEV_MAJOR_MAX
@@ -21,18 +17,7 @@ MISC_MAJOR = 10
 
 def _read(roots: Roots, path: str) -> str:
     """A small proc file under the device root ("" when it is missing)."""
-    try:
-        fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        return ""
-    except OSError as error:
-        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
-    try:
-        return os.read(fd, MAX_FILE).decode("ascii", "replace")
-    except OSError as error:
-        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
-    finally:
-        os.close(fd)
+    return read_small_file(roots, path, MAX_FILE) or ""
 
 
 def _number(text: str, bound: int) -> int | None:

@@ -18,7 +18,7 @@ from ocihook.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR, Reader
 COMMAND_LINE = "a runtime started with --hooks-dir"
 
 
-def _json_files(directory: str) -> dict[str, str]:
+def json_files(directory: str) -> dict[str, str]:
     """name -> path of the *.json entries of a hooks directory (the runtime's ReadDir)."""
     try:
         names = sorted(os.listdir(directory), key=str.lower)
@@ -31,7 +31,7 @@ def _effective(directories: list[str]) -> dict[str, str]:
     """name -> path of the files a runtime reading `directories` loads (later ones mask)."""
     files: dict[str, str] = {}
     for directory in directories:
-        files.update(_json_files(directory))
+        files.update(json_files(directory))
     return files
 
 
@@ -89,7 +89,7 @@ def registration_findings(
     reports: dict[str, hooksd.HookFile] = {}
     out: list[Finding] = []
     for directory in scanned:
-        for name, path in _json_files(directory).items():
+        for name, path in json_files(directory).items():
             used_by = [view for view, files in effective.items() if files.get(name) == path]
             masked_by = {}
             for view, dirs in views:

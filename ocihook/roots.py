@@ -184,3 +184,20 @@ def in_root(root: str, resolved_host_path: str) -> str:
     if not resolved_host_path.startswith(prefix + "/"):
         raise OcihookError(f"source {resolved_host_path}: resolved outside the source root")
     return resolved_host_path[len(prefix) :]
+
+
+def read_small_file(roots: Roots, path: str, limit: int) -> str | None:
+    """At most `limit` bytes of a small text file under the device root (by fd, in-root,
+    non-blocking), or None when it is missing; any other failure is one line."""
+    try:
+        fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
+    try:
+        return os.read(fd, limit).decode("ascii", "replace")
+    except OSError as error:
+        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
+    finally:
+        os.close(fd)

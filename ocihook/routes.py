@@ -31,6 +31,7 @@ from typing import Mapping
 from ocihook import hooksd, tomlread
 from ocihook.findings import OK, WARNING, Finding
 from ocihook.hooksdirs import Reader
+from ocihook.registration import json_files
 
 BOOTED_DIR = "/run/systemd/system"
 PRECREATE_RUNTIMES = ("podman",)  # CRI-O rejects the stage (hooksd.py)
@@ -81,20 +82,12 @@ def cgroup_manager(reader: Reader, env: Mapping[str, str], booted: bool) -> tupl
     return manager, origin
 
 
-def _json_files(directory: str) -> dict[str, str]:
-    try:
-        names = sorted(os.listdir(directory), key=str.lower)
-    except OSError:
-        return {}
-    return {n: os.path.join(directory, n) for n in names if n.endswith(".json")}
-
-
 def precreate_registration(directories: list[str]) -> str | None:
     """The hooks.d file, of those a runtime reading `directories` loads (a later directory
     masks the same name), that runs ocihook at the precreate stage; None if none does."""
     files: dict[str, str] = {}
     for directory in directories:
-        files.update(_json_files(directory))
+        files.update(json_files(directory))
     for path in files.values():
         report = hooksd.check_hook_file(path)
         if not report.ocihook:
