@@ -77,8 +77,11 @@ class Install:
         podman.write_hook_executable(self.hook, str(self.python), checkout)
         # The `ocihook` command (what the CDI spec's createContainer hooks run), installed alike.
         self.cli = work / "ocihook"
+        # A baseline from before the packages by stage has its command line in ocihook/cli.py.
+        flat = (checkout / "ocihook" / "cli.py").is_file()
+        module = "ocihook.cli" if flat else "ocihook.cli.main"
         self.cli.write_text(
-            f"#!{self.python} -I\nfrom ocihook.cli import main\n\nraise SystemExit(main())\n"
+            f"#!{self.python} -I\nfrom {module} import main\n\nraise SystemExit(main())\n"
         )
         self.cli.chmod(0o755)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sys
 
-from ocihook.config import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
+from ocihook.config.compiled import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, exit_line
-from ocihook.state import (
+from ocihook.request.state import (
     MAX_STATE_BYTES,
     PRESTART_STATUSES,
     Container,
@@ -27,7 +27,7 @@ from ocihook.state import (
 
 TYPE_CHECKING = False  # typing costs milliseconds of imports at container start: annotations only
 if TYPE_CHECKING:
-    from ocihook.request import DeviceRequest
+    from ocihook.request.parse import DeviceRequest
 
 USAGE = (
     "usage: ocihook-hook [--stage precreate] [--config PATH] [--cache-dir DIR]  "
@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def precreate(config_path: str, cache_dir: str | None) -> int:
     """podman's precreate stage: the proposed config from stdin to stdout, edited when the
-    container asks for devices (ocihook/precreate.py); nothing on stdout when it fails."""
-    from ocihook import precreate as stage
-    from ocihook.state import MAX_CONFIG_BYTES
+    container asks for devices (ocihook/apply/precreate.py); nothing on stdout when it fails."""
+    from ocihook.apply import precreate as stage
+    from ocihook.request.state import MAX_CONFIG_BYTES
 
     data = sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
     spec = stage.read_spec(data)  # bad input: one line, before the config is loaded
@@ -91,14 +91,14 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     state = read_state(data)
     namespace = hook_namespace()
     if namespace.rootless:  # the hook of a rootless container: the user's own dirs
-        from ocihook import rootless
+        from ocihook.request import rootless
 
         cache_dir = rootless.cache_dir(namespace)
     config = load_config(config_path, cache_dir)
     if namespace.rootless:
         config["state_dir"] = rootless.user_dir(namespace)
     if state["status"] == "stopped":
-        from ocihook.record import finish_record
+        from ocihook.records import finish_record
 
         finish_record(config["state_dir"], state["id"])
         return 0
@@ -113,7 +113,7 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     request = container_request(container, config)
     if request.empty:
         return 0
-    from ocihook.inject import inject
+    from ocihook.apply.inject import inject
 
     inject(container, config, request)
     return 0
@@ -135,7 +135,7 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     settings = config["request"]
     prefix = config["profile"]["env_prefix"]
     env_key = f"{prefix}_VISIBLE_DEVICES" if settings["env"] and prefix else None
-    from ocihook.request import requested_devices
+    from ocihook.request.parse import requested_devices
 
     request = requested_devices(
         container.annotations, container.env, settings["annotation"], env_key
@@ -144,12 +144,12 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
         return request
     _imex_request(request, container, config)
     if settings["allow"]:
-        from ocihook.request import check_allowed
+        from ocihook.request.parse import check_allowed
 
         check_allowed(
             request, container.annotations, settings["allow"], settings["trusted_annotations"]
         )
-    from ocihook.request import requested_capabilities
+    from ocihook.request.parse import requested_capabilities
 
     request.capabilities = requested_capabilities(
         container.annotations,
@@ -173,7 +173,7 @@ def _imex_request(request: DeviceRequest, container: Container, config: dict) ->
     key = settings["imex_annotation"]
     if key not in container.annotations and not (env_key and env_key in container.env):
         return
-    from ocihook.imex import requested_channels
+    from ocihook.request.imex import requested_channels
 
     request.imex, request.imex_origin = requested_channels(
         container.annotations, container.env, key, env_key

@@ -49,7 +49,7 @@ install:
 		install -D -m 0644 "$$f" "$(DESTDIR)$(PYTHON_SITEDIR)/$$f" || exit 1; done
 	$(HOOK_PYTHON) -m compileall -q -d "$(PYTHON_SITEDIR)/ocihook" "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
 	install -d -m 0755 "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LIBEXECDIR)/ocihook"
-	printf '#!%s -I\nimport sys\nfrom ocihook.cli import main\nsys.exit(main())\n' "$(HOOK_PYTHON)" \
+	printf '#!%s -I\nimport sys\nfrom ocihook.cli.main import main\nsys.exit(main())\n' "$(HOOK_PYTHON)" \
 		> "$(DESTDIR)$(BINDIR)/ocihook"
 	chmod 0755 "$(DESTDIR)$(BINDIR)/ocihook"
 	$(HOOK_PYTHON) -I packaging/hook_executable.py --python "$(HOOK_PYTHON)" \
@@ -80,8 +80,8 @@ install:
 	install -D -m 0644 packaging/ocihook.1 "$(DESTDIR)$(MANDIR)/man1/ocihook.1"
 	@# Shell completion from the click that HOOK_PYTHON has (click 7 and 8 differ).
 	@mkdir -p build/completion && \
-	if $(HOOK_PYTHON) -m ocihook.completion bash > build/completion/ocihook 2> build/completion/error && \
-		$(HOOK_PYTHON) -m ocihook.completion zsh > build/completion/_ocihook 2> build/completion/error; then \
+	if $(HOOK_PYTHON) -m ocihook.cli.completion bash > build/completion/ocihook 2> build/completion/error && \
+		$(HOOK_PYTHON) -m ocihook.cli.completion zsh > build/completion/_ocihook 2> build/completion/error; then \
 		install -D -m 0644 build/completion/ocihook "$(DESTDIR)$(BASHCOMPDIR)/ocihook" && \
 		install -D -m 0644 build/completion/_ocihook "$(DESTDIR)$(ZSHCOMPDIR)/_ocihook"; \
 	else \

@@ -38,7 +38,7 @@ def main() -> int:
     if selinux_enabled():
         # As README tells users: a driver tree containers share is labelled for them.
         step(f"SELinux is enabled: ocihook selinux relabel {driver}")
-        relabel = [sys.executable, "-c", "from ocihook.cli import main; main()"]
+        relabel = [sys.executable, "-c", "from ocihook.cli.main import main; main()"]
         subprocess.run([*relabel, "selinux", "relabel", str(driver)], check=True)
     hook = podman.write_hook_executable(WORK / "ocihook-hook", sys.executable)
     config = WORK / "config.yaml"

@@ -138,9 +138,9 @@ def facts(checks: Checks, truth: dict, smi: str | None) -> None:
 
 def nvml_step(checks: Checks, config: dict, truth: dict) -> None:
     """ocihook's own NVML child against the real library: it must agree with nvidia-smi."""
-    from ocihook import nvidia
-    from ocihook.discover import _LibraryFinder, driver_version
-    from ocihook.roots import Roots
+    from ocihook.discover import nvidia
+    from ocihook.discover.build import _LibraryFinder, driver_version
+    from ocihook.discover.roots import Roots
 
     with Roots(config["source_root"], config["device_root"]) as roots:
         finder = _LibraryFinder(roots, config["profile"])
@@ -176,9 +176,9 @@ def nvml_step(checks: Checks, config: dict, truth: dict) -> None:
 
 
 def build_plan(config: dict, devices: str, describe: str | None = None):
-    from ocihook.discover import build_plan as build
-    from ocihook.request import parse_request
-    from ocihook.roots import Roots
+    from ocihook.discover.build import build_plan as build
+    from ocihook.discover.roots import Roots
+    from ocihook.request.parse import parse_request
 
     with Roots(config["source_root"], config["device_root"]) as roots:
         request = parse_request(devices, "--devices")
@@ -211,7 +211,7 @@ def requests(truth: dict, config: dict) -> list[tuple[str, str, set[str]]]:
 
 
 def plans_step(checks: Checks, config: dict, truth: dict) -> list:
-    from ocihook.plantext import format_plan
+    from ocihook.plan.text import format_plan
 
     all_plan = build_plan(config, "all", "plan")
     checks.save("plan-all.txt", format_plan(all_plan))
@@ -267,25 +267,25 @@ def needed_libraries(binaries: list[str]) -> list[str]:
 
 
 def _bind(source: str, target: Path, read_only: bool = True) -> None:
-    from ocihook import linux
+    from ocihook.linux import syscalls
 
     if Path(source).is_dir():
         target.mkdir(parents=True, exist_ok=True)
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch(exist_ok=True)
-    linux.mount(source, str(target), None, linux.MS_BIND)
+    syscalls.mount(source, str(target), None, syscalls.MS_BIND)
     if read_only:
-        flags = linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID
-        linux.mount(None, str(target), None, flags)
+        flags = syscalls.MS_BIND | syscalls.MS_REMOUNT | syscalls.MS_RDONLY | syscalls.MS_NOSUID
+        syscalls.mount(None, str(target), None, flags)
 
 
 def make_chroot(plan, root: Path, glibc: list[str], control_only: bool, extra: list[str]) -> None:
     """The plan applied into `root` (in this process's private mount namespace), with the
     host binaries `extra` (the stand-in's probe) at their own paths."""
-    from ocihook import linux
+    from ocihook.linux import syscalls
 
-    linux.mount("tmpfs", str(root), "tmpfs", 0, "mode=0755")
+    syscalls.mount("tmpfs", str(root), "tmpfs", 0, "mode=0755")
     for mount in plan.mounts:
         if mount.kind in ("library", "binary"):
             _bind(mount.host_path, root / mount.target.lstrip("/"))
@@ -303,7 +303,7 @@ def make_chroot(plan, root: Path, glibc: list[str], control_only: bool, extra: l
         else:
             _bind(real, root / "usr/lib64" / os.path.basename(library))
     (root / "dev").mkdir(exist_ok=True)
-    linux.mount("tmpfs", str(root / "dev"), "tmpfs", linux.MS_NOSUID, "mode=0755")
+    syscalls.mount("tmpfs", str(root / "dev"), "tmpfs", syscalls.MS_NOSUID, "mode=0755")
     for node in plan.devices:
         if control_only and node.index is not None:
             continue
@@ -313,7 +313,7 @@ def make_chroot(plan, root: Path, glibc: list[str], control_only: bool, extra: l
         os.mknod(path, kind | node.mode, os.makedev(node.major, node.minor))
         os.chmod(path, node.mode)
     (root / "proc").mkdir()
-    linux.mount("proc", str(root / "proc"), "proc", linux.MS_NOSUID | linux.MS_NODEV, "")
+    syscalls.mount("proc", str(root / "proc"), "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV, "")
     params = root / "proc/driver/nvidia/params"
     if params.exists():  # as libnvidia-container does: the driver must not make nodes itself
         masked = root / "dev/.params"
@@ -329,7 +329,7 @@ def in_chroot(
 ) -> str:
     """Run `probe` as nobody in a chroot of `plan`, in a forked child's private mount
     namespace (gone when it exits); its output (or the error)."""
-    from ocihook import linux
+    from ocihook.linux import syscalls
 
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -337,8 +337,8 @@ def in_chroot(
         code = 1
         try:
             os.close(read_end)
-            linux.unshare(linux.CLONE_NEWNS)
-            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+            syscalls.unshare(syscalls.CLONE_NEWNS)
+            syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
             root = Path(tempfile.mkdtemp(prefix="ocihook-gpu-check-"))
             make_chroot(plan, root, glibc, control_only, extra)
             child = os.fork()
@@ -407,7 +407,7 @@ def apply_step(checks: Checks, config: dict, forms: list, smi: str | None, stand
 
 
 def load_config(path: Path) -> dict:
-    from ocihook.config import compile_config
+    from ocihook.config.compiled import compile_config
 
     return compile_config(str(path))[0]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook.kinds import KINDS
+from ocihook.plan.kinds import KINDS
 from tests.support import synthetic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,32 +28,32 @@ PACKAGE = REPO / "ocihook"
 LAYERS = {
     "base": {
         "ocihook",
-        "ocihook.atomic",
+        "ocihook.linux.atomic",
         "ocihook.audit",
-        "ocihook.dbuswire",
+        "ocihook.cgroups.dbuswire",
         "ocihook.cdi",
-        "ocihook.devnames",
-        "ocihook.devrules",
-        "ocihook.elf",
+        "ocihook.request.names",
+        "ocihook.plan.devrules",
+        "ocihook.ld.elf",
         "ocihook.errors",
         "ocihook.fastjson",
-        "ocihook.findings",
-        "ocihook.hooksd",
-        "ocihook.kinds",
-        "ocihook.linux",
-        "ocihook.mountinfo",
-        "ocihook.privileges",
-        "ocihook.re2data",
-        "ocihook.re2syntax",
-        "ocihook.schemaerrors",
-        "ocihook.securepath",
+        "ocihook.check.findings",
+        "ocihook.check.hooksd",
+        "ocihook.plan.kinds",
+        "ocihook.linux.syscalls",
+        "ocihook.linux.mountinfo",
+        "ocihook.linux.privileges",
+        "ocihook.check.goregexp.tables",
+        "ocihook.check.goregexp.syntax",
+        "ocihook.config.schemaerrors",
+        "ocihook.linux.securepath",
         "ocihook.selinux",
         "ocihook.selinux.access",
         "ocihook.selinux.label",
         "ocihook.selinux.names",
-        "ocihook.slots",
-        "ocihook.store",
-        "ocihook.tomlread",
+        "ocihook.structs",
+        "ocihook.linux.trusted",
+        "ocihook.check.tomlread",
     },
     "model": {  # plain data, pure decisions and formatting
         "ocihook.audit.explain",
@@ -63,64 +63,71 @@ LAYERS = {
         "ocihook.audit.records",
         "ocihook.audit.report",
         "ocihook.cdi.spec",
-        "ocihook.config",
-        "ocihook.cuda",
-        "ocihook.imex",
-        "ocihook.plan",
-        "ocihook.plantext",
-        "ocihook.record",
-        "ocihook.request",
-        "ocihook.rootless",
+        "ocihook.config.compiled",
+        "ocihook.plan.cuda",
+        "ocihook.request.imex",
+        "ocihook.plan.model",
+        "ocihook.plan.text",
+        "ocihook.records",
+        "ocihook.request.parse",
+        "ocihook.request.rootless",
         "ocihook.selinux.relabel",
         "ocihook.selinux.status",
-        "ocihook.state",
-        "ocihook.target",
+        "ocihook.request.state",
+        "ocihook.plan.decide",
     },
     "discovery": {  # reads the host by fd, changes nothing
-        "ocihook.devices",
-        "ocihook.discover",
-        "ocihook.gpudirect",
-        "ocihook.hooksdirs",
-        "ocihook.imexnodes",
-        "ocihook.ldsocache",
-        "ocihook.ldsoconf",
-        "ocihook.nvidia",
-        "ocihook.nvml",
-        "ocihook.procdevices",
-        "ocihook.owned",
-        "ocihook.registration",
-        "ocihook.roots",
-        "ocihook.routes",
+        "ocihook.discover.devices",
+        "ocihook.discover.build",
+        "ocihook.discover.gpudirect",
+        "ocihook.check.hooksdirs",
+        "ocihook.discover.imex",
+        "ocihook.ld.cachefile",
+        "ocihook.ld.conf",
+        "ocihook.discover.nvidia",
+        "ocihook.discover.nvml",
+        "ocihook.discover.procdevices",
+        "ocihook.apply.owned",
+        "ocihook.check.registration",
+        "ocihook.discover.roots",
+        "ocihook.check.routes",
     },
     "execution": {  # the privileged injection path: mounts, nodes, cgroups, ld cache
-        "ocihook.apply",
-        "ocihook.bpf",
-        "ocihook.cgroup_v2",
-        "ocihook.cgroups",
-        "ocihook.inject",
-        "ocihook.ldcache",
-        "ocihook.ldnative",
-        "ocihook.systemd",
+        "ocihook.apply.execute",
+        "ocihook.cgroups.bpf",
+        "ocihook.cgroups.v2",
+        "ocihook.cgroups.grant",
+        "ocihook.apply.inject",
+        "ocihook.apply.ldcache",
+        "ocihook.ld.native",
+        "ocihook.cgroups.systemd",
     },
     "frontends": {  # the hook and the commands
-        "ocihook.audit.cli",
-        "ocihook.cdi.cli",
+        "ocihook.cli.audit",
+        "ocihook.cli.cdi",
         "ocihook.cdi.hooks",
-        "ocihook.cli",
-        "ocihook.commands",
-        "ocihook.completion",
-        "ocihook.features",
+        "ocihook.cli.main",
+        "ocihook.cli.commands",
+        "ocihook.cli.completion",
+        "ocihook.cli.features",
         "ocihook.hook",
-        "ocihook.output",
-        "ocihook.precreate",
-        "ocihook.selinux.cli",
+        "ocihook.cli.output",
+        "ocihook.apply.precreate",
+        "ocihook.cli.selinux",
     },
 }
 RANK = {module: rank for rank, group in enumerate(LAYERS.values()) for module in group}
+# Packages of stages: empty __init__ files, below everything.
+PACKAGES = {
+    ".".join(p.relative_to(REPO).parent.parts)
+    for p in PACKAGE.rglob("__init__.py")
+    if not p.read_text().strip()
+}
+RANK.update(dict.fromkeys(PACKAGES, 0))
 PRIVILEGED = LAYERS["execution"]
-# The read-only commands' modules (ocihook.commands also holds prestart/poststop, which
+# The read-only commands' modules (ocihook.cli.commands also holds prestart/poststop, which
 # import the hook inside their functions only).
-READ_ONLY_MODULES = ("ocihook.commands", "ocihook.features", "ocihook.cdi.cli")
+READ_ONLY_MODULES = ("ocihook.cli.commands", "ocihook.cli.features", "ocihook.cli.cdi")
 
 
 def _module_name(path: Path) -> str:
@@ -152,7 +159,7 @@ def _imports(name: str) -> dict[str, bool]:
             for alias in node.names:
                 add(alias.name, node)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:  # `from ocihook import apply` imports ocihook.apply
+            for alias in node.names:  # `from ocihook import apply` imports ocihook.apply.execute
                 full = f"{node.module}.{alias.name}"
                 add(full if full in MODULES else node.module, node)
     return found
@@ -222,7 +229,7 @@ def test_read_only_command_modules_import_nothing_privileged_eagerly():
 
 DRIVER = r"""
 import json, sys
-from ocihook.cli import cli
+from ocihook.cli.main import cli
 out, args = sys.argv[1], sys.argv[2:]
 try:
     cli.main(args=args, prog_name="ocihook", standalone_mode=False)
@@ -262,15 +269,21 @@ def test_read_only_commands_never_import_the_injection_path(synth_root, tmp_path
             timeout=300,
         )
         loaded = set(json.loads(out.read_text()))
-        assert "ocihook.discover" in loaded, (what, result.stderr)  # it did plan something
+        assert "ocihook.discover.build" in loaded, (what, result.stderr)  # it did plan something
         assert sorted(loaded & PRIVILEGED) == [], what
-    code = "import json, sys, ocihook.hook, ocihook.inject; print(json.dumps(list(sys.modules)))"
+    code = (
+        "import json, sys, ocihook.hook, ocihook.apply.inject; print(json.dumps(list(sys.modules)))"
+    )
     control = json.loads(
         subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
     )
-    lazy = {"ocihook.cgroup_v2", "ocihook.bpf", "ocihook.systemd"}  # v2 hosts; systemd manager
+    lazy = {
+        "ocihook.cgroups.v2",
+        "ocihook.cgroups.bpf",
+        "ocihook.cgroups.systemd",
+    }  # v2 hosts; systemd manager
     assert PRIVILEGED - lazy <= set(control)
-    assert not lazy & set(control) and "ocihook.dbuswire" not in control
+    assert not lazy & set(control) and "ocihook.cgroups.dbuswire" not in control
 
 
 def _kind_comparisons(tree: ast.AST) -> list[int]:
@@ -299,7 +312,8 @@ def test_kinds_are_read_from_their_table():
     found = {
         name: lines
         for name, path in MODULES.items()
-        if name != "ocihook.kinds" and (lines := _kind_comparisons(ast.parse(path.read_text())))
+        if name != "ocihook.plan.kinds"
+        and (lines := _kind_comparisons(ast.parse(path.read_text())))
     }
     assert found == {}
 

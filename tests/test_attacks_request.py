@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ocihook.errors import OcihookError
-from ocihook.request import DeviceRequest, check_allowed
+from ocihook.request.parse import DeviceRequest, check_allowed
 from tests.conftest import base_config
 from tests.support import hostile, podman
 
@@ -133,7 +133,7 @@ def test_allow_list_reads_only_the_trusted_annotations():
 def test_allow_key_that_reads_no_trusted_annotation_is_a_config_error(tmp_path):
     """An entry whose key regex matches none of request.trusted_annotations could never match
     (fail closed): the config says so at once, as one line."""
-    from ocihook.config import compile_config
+    from ocihook.config.compiled import compile_config
 
     config = tmp_path / "config.yaml"
     allow = [{"annotations": {"^tenant$": "^gpu$"}, "devices": "all"}]

@@ -16,7 +16,7 @@ import pytest
 from audit_helpers import DATA, check_golden
 from click.testing import CliRunner
 
-from ocihook.audit.cli import audit
+from ocihook.cli.audit import audit
 
 GUEST = DATA / "guest-enforcing"
 CONTAINER = "8daa5adf6ed62d4eab658efab02bbd0651f24a3d80504d7dbb0a6bb95ee99ca3"

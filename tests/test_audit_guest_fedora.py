@@ -20,9 +20,9 @@ from audit_helpers import DATA, check_golden
 from click.testing import CliRunner
 
 from ocihook.audit import explain
-from ocihook.audit.cli import audit, read_inputs
 from ocihook.audit.policy import Verdict
 from ocihook.audit.records import load_records, match
+from ocihook.cli.audit import audit, read_inputs
 
 GUEST = DATA / "guest-fedora"
 CONTAINER = "c864b16b474f4e3f9263c0c93230a5fd3bda31ab93495ef6784f1bb98c3e4110"

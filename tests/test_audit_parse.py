@@ -54,7 +54,7 @@ def test_formats(name):
 
 
 def test_gzipped_rotated_log_reads_like_plain(tmp_path):
-    from ocihook.audit.cli import read_inputs
+    from ocihook.cli.audit import read_inputs
 
     plain = (DATA / "audit.log").read_bytes()
     rotated = tmp_path / "audit.log.1.gz"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ocihook.audit.cli import audit
+from ocihook.cli.audit import audit
 from tests.policy_build import build_linked_policy
 
 # ocihook's --policy and the reference both load the policy into libselinux's audit2why.

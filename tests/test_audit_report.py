@@ -9,8 +9,8 @@ import os
 import pytest
 from audit_helpers import DATA
 
-from ocihook.audit.cli import parse_since
 from ocihook.audit.records import categories
+from ocihook.cli.audit import parse_since
 from tests.support.cli import invoke
 
 CID = "3f2a9c1b7e04d5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4"

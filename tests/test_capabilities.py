@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ocihook.errors import OcihookError
-from ocihook.request import parse_capabilities, requested_capabilities
+from ocihook.request.parse import parse_capabilities, requested_capabilities
 from tests.conftest import base_config
 
 NVIDIA = ["utility", "compute", "video", "graphics", "display", "ngx", "compat32"]

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from ocihook.cdi import spec as cdispec
-from ocihook.config import compile_config
-from ocihook.discover import build_plan
+from ocihook.config.compiled import compile_config
+from ocihook.discover.build import build_plan
+from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError
-from ocihook.request import parse_request
-from ocihook.roots import Roots
+from ocihook.request.parse import parse_request
 from ocihook.selinux.label import get_label
 from tests.conftest import base_config
 from tests.support import hostile, podman, synthetic
@@ -183,7 +183,7 @@ def test_nvidia_spec_matches_golden_with_the_mps_dir_writable(tmp_path):
     assert mounts["/tmp/nvidia-mps"] == ["rw", "nosuid", "nodev", "bind", "noexec"]
     plan = json.loads(
         subprocess.run(
-            [sys.executable, "-m", "ocihook.cli", "plan", "--json", "--config", str(config)]
+            [sys.executable, "-m", "ocihook.cli.main", "plan", "--json", "--config", str(config)]
             + ["--lib-dir", "/usr/lib/x86_64-linux-gnu"],  # the source layout: the spec's
             capture_output=True,
             check=True,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import bpf
-from ocihook.cgroups import (
+from ocihook.cgroups import bpf
+from ocihook.cgroups.grant import (
     CgroupTarget,
     DeviceRule,
     allow_devices,
@@ -343,7 +343,7 @@ def test_v2_unreadable_program_is_left_alone(v2_cgroup):
 @pytest.mark.root
 def test_v2_failed_swap_keeps_old_program(v2_runtime):
     # The runtime replaced its program meanwhile: BPF_F_REPLACE refuses, nothing changes.
-    from ocihook import cgroup_v2
+    from ocihook.cgroups import v2
 
     cfd = os.open(v2_runtime, os.O_RDONLY | os.O_DIRECTORY)
     stale = bpf.prog_load(bpf.device_filter(RUNTIME_RULES))
@@ -351,7 +351,7 @@ def test_v2_failed_swap_keeps_old_program(v2_runtime):
     try:
         _, before = attached(v2_runtime)
         with pytest.raises(bpf.BpfError) as exc:
-            cgroup_v2._swap(cfd, bpf.BPF_F_ALLOW_MULTI, stale, new)
+            v2._swap(cfd, bpf.BPF_F_ALLOW_MULTI, stale, new)
         assert exc.value.errno == errno.ENOENT
         _, after = attached(v2_runtime)
         assert after == before
@@ -753,7 +753,7 @@ def test_device_edits_match_golden():
 def systemd_peer(tmp_path, monkeypatch):
     """systemd 'booted' (BOOTED_DIR made), its private socket a stand-in serving one strict
     unit, libpod-c1.scope (tests/support/dbus.py); no system bus."""
-    from ocihook import systemd
+    from ocihook.cgroups import systemd
     from tests.support.dbus import StandInSystemd, Unit
 
     (tmp_path / "booted").mkdir()
@@ -809,7 +809,7 @@ def test_a_unit_that_cannot_be_told_undoes_the_cgroup_edit(version, systemd_peer
 
 @pytest.mark.root
 def test_without_systemd_as_pid_1_the_cgroup_alone_is_edited(v1_cgroup, monkeypatch, tmp_path):
-    from ocihook import systemd
+    from ocihook.cgroups import systemd
 
     monkeypatch.setattr(systemd, "BOOTED_DIR", str(tmp_path / "absent"))
     lines = []

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook import bpf, devrules
-from ocihook.devrules import DeviceRule
+from ocihook.cgroups import bpf
+from ocihook.plan import devrules
+from ocihook.plan.devrules import DeviceRule
 from tests.support.device_programs import Decoded, decode_device_filter
 
 rules_st = st.lists(

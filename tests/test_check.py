@@ -21,7 +21,7 @@ def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
 
 
 def run_check(config: Path, hooks_dir: Path | None, env: dict | None = None):
-    args = [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+    args = [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(config)]
     args += ["--hooks-dir", str(hooks_dir)] if hooks_dir else []
     return subprocess.run(
         args, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}
@@ -51,7 +51,7 @@ def test_check_json_is_the_same_findings(hook_setup, synth_root, tmp_path):
     empty = tmp_path / "empty-hooks.d"
     empty.mkdir()
     text = run_check(hook_setup.config, empty)
-    args = [sys.executable, "-m", "ocihook.cli", "check", "--json"]
+    args = [sys.executable, "-m", "ocihook.cli.main", "check", "--json"]
     args += ["--config", str(hook_setup.config), "--hooks-dir", str(empty)]
     result = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
     assert (result.returncode, text.returncode) == (1, 1)
@@ -106,7 +106,7 @@ def test_check_names_a_hooks_dir_no_runtime_reads(hook_setup, tmp_path):
 
 def test_check_renders_plain_records():
     """check's findings are records (status, topic, message, path) rendered at the end."""
-    from ocihook.findings import Finding, render
+    from ocihook.check.findings import Finding, render
 
     lines = [
         Finding("ok", "config", "config x is valid"),

@@ -1,4 +1,4 @@
-"""The command line's one convention (ocihook/output.py): every command that prints a report
+"""The command line's one convention (ocihook/cli/output.py): every command that prints a report
 takes --json; a failure is one line on stderr, "ocihook: ...", and the same status with or
 without --json; with --json stdout then holds exactly one JSON object, {"error", "exit_code"};
 usage errors are status 2, bugs 70 (errors.EXIT_SOFTWARE)."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from ocihook import commands
-from ocihook.cli import SUBCOMMANDS, cli
+from ocihook.cli import commands
+from ocihook.cli.main import SUBCOMMANDS, cli
 from tests.support.cli import invoke
 
 REPORTS = [

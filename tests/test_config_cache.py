@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook import config as cfg
-from ocihook.config import CACHE_MAGIC, compile_config, load_config
+from ocihook.config import compiled as cfg
+from ocihook.config.compiled import CACHE_MAGIC, compile_config, load_config
 from tests.conftest import PROFILES, base_config
 
 NOBODY = 65534
@@ -90,7 +90,7 @@ def test_a_racy_config_is_not_cached(hook_setup):
 
 def test_fresh_cache_is_used_without_yaml(hook_setup, warm):
     code = (
-        "import sys; from ocihook.config import load_config; "
+        "import sys; from ocihook.config.compiled import load_config; "
         f"c = load_config({str(hook_setup.config)!r}, {str(hook_setup.cache_dir)!r}); "
         "print(c['profile']['name'], 'yaml' in sys.modules, 'jsonschema' in sys.modules)"
     )
@@ -254,7 +254,7 @@ def test_allow_regexes_are_compiled_with_the_config(hook_setup, synth_root):
 
 WORKER = """
 import sys
-from ocihook.config import load_config
+from ocihook.config.compiled import load_config
 config, cache = sys.argv[1], sys.argv[2]
 while True:
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import mountinfo
+from ocihook.linux import mountinfo
 from tests.support import crio as crio_support
 from tests.support.crio import DIR_PREFIX, OWNER
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import cuda, ldnative, ldsocache, securepath
 from ocihook.errors import OcihookError
+from ocihook.ld import cachefile, native
+from ocihook.linux import securepath
+from ocihook.plan import cuda
 from tests.support import elfgen, hostile, hosts, synthetic
 
 COMPAT = "/usr/local/cuda/compat"
@@ -301,7 +303,7 @@ def test_the_listing_is_bounded(tmp_path, monkeypatch):
 
 
 def test_compat_entries_come_before_the_hosts(tmp_path):
-    """ldnative.build with the compat dir first: ld.so takes the first matching entry of a
+    """native.build with the compat dir first: ld.so takes the first matching entry of a
     name, and that is the compat one; the dir's FIFO, device-less junk and links are
     skipped (only regular DSO files with their soname link give entries)."""
     root = tmp_path / "image"
@@ -325,19 +327,19 @@ def test_compat_entries_come_before_the_hosts(tmp_path):
     try:
         targets = ["/usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05"]
         dirs = ["/usr/lib/x86_64-linux-gnu"]
-        data = ldnative.build(root_fd, etc_fd, dirs, targets, COMPAT)
-        plain = ldnative.build(root_fd, etc_fd, dirs, targets)
+        data = native.build(root_fd, etc_fd, dirs, targets, COMPAT)
+        plain = native.build(root_fd, etc_fd, dirs, targets)
     finally:
         os.close(etc_fd)
         os.close(root_fd)
-    entries = [(e[0], e[1]) for e in ldsocache.parse(data)]
+    entries = [(e[0], e[1]) for e in cachefile.parse(data)]
     assert entries == [
         ("libnvidia-ptxjitcompiler.so.1", f"{COMPAT}/libnvidia-ptxjitcompiler.so.1"),
         ("libcuda.so.1", f"{COMPAT}/libcuda.so.1"),
         ("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
         ("libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
     ]
-    assert [(e[0], e[1]) for e in ldsocache.parse(plain)] == [
+    assert [(e[0], e[1]) for e in cachefile.parse(plain)] == [
         ("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
         ("libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
     ]
@@ -349,7 +351,7 @@ def test_compat_entries_come_before_the_hosts(tmp_path):
 def _compile(tmp_path: Path, **settings) -> dict:
     import yaml
 
-    from ocihook.config import compile_config
+    from ocihook.config.compiled import compile_config
 
     path = tmp_path / "config.yaml"
     base = {"profile": "nvidia", "profile_dirs": [str(synthetic.PROFILES)]}

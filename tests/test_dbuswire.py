@@ -1,5 +1,5 @@
-"""ocihook/dbuswire.py against real peers: a dbus-daemon of the test's own (it validates every
-message it routes and disconnects a client that sends a malformed one) and GLib's gdbus,
+"""ocihook/cgroups/dbuswire.py against real peers: a dbus-daemon of the test's own (it validates
+every message it routes and disconnects a client that sends a malformed one) and GLib's gdbus,
 whose own marshaller sends SetUnitProperties' exact signature to our client and parses our
 reply. Plus the failure modes: no socket, a refused authentication, a peer that never
 answers (the deadline), an ERROR reply, malformed input."""
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ocihook import dbuswire as d
+from ocihook.cgroups import dbuswire as d
 from tests.support.dbus import Bus, serve_one_call
 
 DBUS = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")

@@ -269,7 +269,7 @@ def test_enumeration_reads_the_real_kernel_sysfs(tmp_path):
 
 def _check(config: Path) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(config)]
         + ["--hooks-dir", str(config.parent / "no-hooks")],
         capture_output=True,
         text=True,

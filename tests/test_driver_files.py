@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook import ldnative, ldsoconf, securepath
-from ocihook.config import compile_config
-from ocihook.discover import build_plan
+from ocihook.config.compiled import compile_config
+from ocihook.discover.build import build_plan
+from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError
-from ocihook.request import parse_request
-from ocihook.roots import Roots
+from ocihook.ld import conf, native
+from ocihook.linux import securepath
+from ocihook.request.parse import parse_request
 from tests.support import elfgen, hosts, synthetic
 from tests.support.hosts import LEGACY, OLD, VERSION, Tree
 
@@ -199,13 +200,13 @@ def test_ld_so_conf_syntax(tmp_path):
     os.mkfifo(root / "etc/ld.so.conf.d/fifo.conf")  # a planted FIFO must not hang the hook
     fd = securepath.open_dir(str(root))
     try:
-        assert ldsoconf.read_dirs(fd, "/etc/ld.so.conf") == [
+        assert conf.read_dirs(fd, "/etc/ld.so.conf") == [
             "/usr/local/lib",
             "/usr/lib32/nvidia-340",
             "/usr/lib/nvidia-340",
             "/opt/old",
         ]
-        assert ldsoconf.read_dirs(fd, "/etc/none.conf") == []
+        assert conf.read_dirs(fd, "/etc/none.conf") == []
     finally:
         os.close(fd)
 
@@ -218,7 +219,7 @@ def test_ld_so_conf_include_stays_inside_the_source_root(tmp_path):
     (root / "etc/ld.so.conf").write_text(f"include {outside}\ninclude ../../../{outside}\n")
     fd = securepath.open_dir(str(root))
     try:
-        assert ldsoconf.read_dirs(fd, "/etc/ld.so.conf") == []
+        assert conf.read_dirs(fd, "/etc/ld.so.conf") == []
     finally:
         os.close(fd)
 
@@ -400,14 +401,14 @@ def test_native_ld_cache_writer_refuses_a_soname_that_names_nothing(tmp_path):
     fd = securepath.open_dir(str(tmp_path / "rootfs"))
     try:
         with pytest.raises(OcihookError) as error:
-            ldnative.library_entries(fd, ["/usr/lib64"], [f"/usr/lib64/libcuda.so.{VERSION}"])
+            native.library_entries(fd, ["/usr/lib64"], [f"/usr/lib64/libcuda.so.{VERSION}"])
         assert str(error.value) == (
             f"container /usr/lib64/libcuda.so.{VERSION}: DT_SONAME libcuda.so.2 names nothing "
             "in /usr/lib64 (the driver's soname link has another name): programs would not "
             "load it"
         )
         os.symlink(f"libcuda.so.{VERSION}", lib / "libcuda.so.2")
-        entries = ldnative.library_entries(fd, ["/usr/lib64"], [f"/usr/lib64/libcuda.so.{VERSION}"])
+        entries = native.library_entries(fd, ["/usr/lib64"], [f"/usr/lib64/libcuda.so.{VERSION}"])
         assert [e[:2] for e in entries] == [(b"libcuda.so.2", b"/usr/lib64/libcuda.so.2")]
     finally:
         os.close(fd)

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook.config import _cache_name
+from ocihook.config.compiled import _cache_name
 from tests.conftest import base_config
 from tests.support import crio as crio_support
 from tests.support import images, k8s, nvidia_mig, podman, synthetic

@@ -83,7 +83,7 @@ def test_soname_link_of_another_name_is_refused_in_one_line(hook_setup, image_rh
     ), result.stderr
     assert hook_setup.records() == []  # undone: no record of an injection
     plan = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(hook_setup.config)],
+        [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(hook_setup.config)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -105,7 +105,7 @@ def test_check_reports_what_the_container_gets(tmp_path):
     hooks.mkdir()
     shutil.copy(REPO / "hooks.d/ocihook.json", hooks)
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(config)]
         + ["--hooks-dir", str(hooks)],
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The one ELF reader (ocihook/elf.py) against binutils and glibc, and the fake hosts' stand-in
+"""The one ELF reader (ocihook/ld/elf.py) against binutils and glibc, and the fake hosts' stand-in
 libraries (tests/support/elfgen.py) against glibc's own ldconfig: what the hook reads of a
 library is what readelf and ldconfig read of it."""
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import elf, ldsocache, securepath
-from ocihook.discover import build_plan
-from ocihook.request import parse_request
-from ocihook.roots import Roots
+from ocihook.discover.build import build_plan
+from ocihook.discover.roots import Roots
+from ocihook.ld import cachefile, elf
+from ocihook.linux import securepath
+from ocihook.request.parse import parse_request
 from tests.support import elfgen, hosts, synthetic
 from tests.test_driver_files import compiled, legacy, sources
 
@@ -109,7 +110,7 @@ def test_stand_ins_are_libraries_to_glibcs_ldconfig(tmp_path):
     assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.340.108"
     fd = securepath.open_dir(str(root))
     try:
-        entries = ldsocache.read(fd, "/etc/ld.so.cache", "cache")
+        entries = cachefile.read(fd, "/etc/ld.so.cache", "cache")
     finally:
         os.close(fd)
     assert entries == [

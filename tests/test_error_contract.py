@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import cgroups, record
+from ocihook import records
+from ocihook.cgroups import grant
 from tests.conftest import base_config
 
 NOBODY = 65534
@@ -101,7 +102,7 @@ def test_untrusted_state_dir(hook_setup, image_busybox, tamper, expected):
 
 def test_poststop_on_a_read_only_state_dir_is_one_line(hook_setup, mounted):
     hook_setup.state_dir.mkdir(mode=0o700)
-    body = record.new_record("gone", None, {})
+    body = records.new_record("gone", None, {})
     (hook_setup.state_dir / "gone.json").write_text(json.dumps(body))
     (hook_setup.state_dir / "gone.json").chmod(0o600)
     subprocess.run(
@@ -227,7 +228,7 @@ def test_check_compiles_the_allow_regexes(hook_setup, synth_root):
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", *args], capture_output=True, text=True
+        [sys.executable, "-m", "ocihook.cli.main", *args], capture_output=True, text=True
     )
 
 
@@ -273,12 +274,12 @@ def test_original_error_wins_and_failed_undo_steps_are_logged(tmp_path):
     """Stand-in for a cgroup that vanished mid-rollback (not reproducible on demand in a
     container): the real revert code against a cgroup path that does not exist."""
     log_path = tmp_path / "log"
-    log = record.Log(str(log_path), False)
-    target = cgroups.CgroupTarget("v1", str(tmp_path / "no-such-cgroup"))
-    from ocihook.inject import _undo_cgroup
+    log = records.Log(str(log_path), False)
+    target = grant.CgroupTarget("v1", str(tmp_path / "no-such-cgroup"))
+    from ocihook.apply.inject import _undo_cgroup
 
-    rule = cgroups.DeviceRule("c", 10, 237, "rw")
-    edits = [cgroups.DeviceEdit("v1", target.path, cgroups.V1_ACTION, rule)]
+    rule = grant.DeviceRule("c", 10, 237, "rw")
+    edits = [grant.DeviceEdit("v1", target.path, grant.V1_ACTION, rule)]
     _undo_cgroup(target, edits, log, "cid")  # logs, never raises
     line = log_path.read_text()
     assert f"error: cid: rollback: cgroup v1 {target.path}:" in line and "does not exist" in line
@@ -309,7 +310,7 @@ def test_check_warns_about_the_cache_dir(hook_setup, tmp_path, tamper, expected)
 
 
 def test_one_exit_line_for_the_hook_and_every_command():
-    """errors.exit_line: the rule ocihook.hook.main and ocihook.cli.main both apply."""
+    """errors.exit_line: the rule ocihook.hook.main and ocihook.cli.main.main both apply."""
     from ocihook.errors import OcihookError, exit_line
 
     assert exit_line(OcihookError("config x: bad")) == (1, "ocihook: config x: bad")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ocihook.features import label_value
+from ocihook.cli.features import label_value
 
 OCIHOOK = str(Path(sys.executable).with_name("ocihook"))
 LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")

@@ -50,7 +50,7 @@ start = set(sys.modules)
 from ocihook import hook
 status = hook.main(sys.argv[3:])
 after_hook = set(sys.modules)
-import ocihook.inject
+import ocihook.apply.inject
 after_inject = set(sys.modules)
 print(json.dumps([status, sorted(after_hook - start), sorted(after_inject - after_hook)]))
 """

@@ -1,4 +1,4 @@
-"""hooks.d files as podman and CRI-O read them (ocihook/hooksd.py): containers/common's 1.0.0
+"""hooks.d files as podman and CRI-O read them (ocihook/check/hooksd.py): containers/common's 1.0.0
 rules, Go's JSON decoding and Go's regexp; differential against Go's encoding/json and
 regexp (tests/support/hooksoracle) on thousands of generated files."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import hooksd
+from ocihook.check import hooksd
 from tests.support import goregexp
 
 REPO = Path(__file__).resolve().parent.parent

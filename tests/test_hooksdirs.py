@@ -1,5 +1,5 @@
 """The hooks.d directories podman and CRI-O read, worked out from their config files
-(ocihook/hooksdirs.py): podman's file order by version and user, hooks_dir's replace and
+(ocihook/check/hooksdirs.py): podman's file order by version and user, hooks_dir's replace and
 append, CRI-O's crio.conf and crio.conf.d walk, and config files the runtimes cannot read.
 CRI-O's own `crio config` is the reference for CRI-O; tests/test_hooksdirs_podman.py
 checks podman's rules against real containers."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import hooksdirs
-from ocihook.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
+from ocihook.check import hooksdirs
+from ocihook.check.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
 from tests.support import crio as crio_support
 
 REPO = Path(__file__).resolve().parent.parent
@@ -231,7 +231,7 @@ def crio_config(tmp_path: Path, env: dict) -> list[str]:
         },
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    from ocihook import tomlread
+    from ocihook.check import tomlread
 
     found, value = tomlread.lookup(tomlread.loads(result.stdout), ("crio", "runtime", "hooks_dir"))
     if found:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import hooksdirs
-from ocihook.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
+from ocihook.check import hooksdirs
+from ocihook.check.hooksdirs import DEFAULT_DIR, OVERRIDE_DIR
 from tests.support import podman
 from tests.support.podman import placed
 
@@ -81,7 +81,7 @@ class Bed:
 
     def check(self) -> str:
         result = subprocess.run(
-            [sys.executable, "-m", "ocihook.cli", "check", "--config", str(self.config)],
+            [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(self.config)],
             capture_output=True,
             text=True,
             cwd=REPO,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import linux
+from ocihook.linux import syscalls
 from tests.conftest import base_config
 from tests.support import host_devices, synthetic
 from tests.support.host_devices import HostDevice, TooFewDevices
@@ -143,8 +143,8 @@ def test_a_listed_driver_without_a_node_is_not_picked(tmp_path):
 def _pick_from_nodev_mount(dev: str, nodev: str, proc: str) -> None:
     """In a private mount namespace: `dev` bound at `nodev` with nodev, where open(2) of a
     device node fails even for root."""
-    linux.mount(dev, nodev, None, linux.MS_BIND)
-    linux.mount(None, nodev, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_NODEV)
+    syscalls.mount(dev, nodev, None, syscalls.MS_BIND)
+    syscalls.mount(None, nodev, None, syscalls.MS_BIND | syscalls.MS_REMOUNT | syscalls.MS_NODEV)
     assert host_devices.host_nodes(nodev)  # the node is there,
     with pytest.raises(TooFewDevices):  # but it does not open
         host_devices.pick(1, proc=proc, dev=nodev, exclude=frozenset())

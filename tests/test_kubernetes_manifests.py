@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook.config import compile_config
+from ocihook.config.compiled import compile_config
 from tests.support import devstack
 
 kubernetes_validate = devstack.module("kubernetes_validate")  # jsonschema >= 4

@@ -268,7 +268,14 @@ def test_check_shows_the_version_source_and_warnings(tmp_path):
     root = hosts.stale(tmp_path / "host", kernel=None)
     plan(root, tmp=tmp_path)  # writes the config
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(tmp_path / "config.yaml")]
+        [
+            sys.executable,
+            "-m",
+            "ocihook.cli.main",
+            "check",
+            "--config",
+            str(tmp_path / "config.yaml"),
+        ]
         + ["--hooks-dir", str(tmp_path)],
         capture_output=True,
         text=True,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import ldsocache
-from ocihook.discover import Roots, read_kernel_version, version_suffix_ok
+from ocihook.discover.build import Roots, read_kernel_version, version_suffix_ok
 from ocihook.errors import OcihookError
+from ocihook.ld import cachefile
 from tests.support import hosts, synthetic
 
 
@@ -25,7 +25,7 @@ def _ldconfig_p(cache: str | None = None) -> list[tuple[str, str]]:
 
 
 def test_host_cache_matches_ldconfig_p():
-    entries = ldsocache.parse(Path("/etc/ld.so.cache").read_bytes())
+    entries = cachefile.parse(Path("/etc/ld.so.cache").read_bytes())
     assert len(entries) > 10
     assert [(k, v) for k, v, _ in entries] == _ldconfig_p()
 
@@ -39,9 +39,9 @@ def test_ldconfig_of_a_driver_tree(fmt, tmp_path):
     (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
     subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
     data = (root / "etc/ld.so.cache").read_bytes()
-    assert (ldsocache.NEW_MAGIC in data) == (fmt != "old")
-    assert data.startswith(ldsocache.OLD_MAGIC) == (fmt != "new")
-    entries = ldsocache.parse(data)
+    assert (cachefile.NEW_MAGIC in data) == (fmt != "old")
+    assert data.startswith(cachefile.OLD_MAGIC) == (fmt != "new")
+    entries = cachefile.parse(data)
     assert ("libsynth.so.1", "/usr/lib64/libsynth.so.1", hosts.X86_64) in entries
     assert ("libsynth-ml.so.1", "/usr/lib64/libsynth-ml.so.1", hosts.X86_64) in entries
     assert [(k, v) for k, v, _ in entries] == _ldconfig_p(str(root / "etc/ld.so.cache"))
@@ -50,7 +50,7 @@ def test_ldconfig_of_a_driver_tree(fmt, tmp_path):
 def test_writer_round_trip(tmp_path):
     entries = [("libcuda.so.1", "/usr/lib64/libcuda.so.1", hosts.X86_64), ("a", "/b", 3)]
     hosts.write_ld_cache(tmp_path / "c", entries)
-    assert ldsocache.parse((tmp_path / "c").read_bytes()) == entries
+    assert cachefile.parse((tmp_path / "c").read_bytes()) == entries
     assert _ldconfig_p(str(tmp_path / "c")) == [(k, v) for k, v, _ in entries]
 
 
@@ -59,13 +59,13 @@ def test_writer_round_trip(tmp_path):
     [
         b"",
         b"not a cache at all",
-        ldsocache.NEW_MAGIC + b"\xff\xff\xff\x7f" + bytes(24),  # nlibs far beyond the file
-        ldsocache.OLD_MAGIC + b"\0" + b"\x05\0\0\0",  # old table truncated
+        cachefile.NEW_MAGIC + b"\xff\xff\xff\x7f" + bytes(24),  # nlibs far beyond the file
+        cachefile.OLD_MAGIC + b"\0" + b"\x05\0\0\0",  # old table truncated
     ],
 )
 def test_malformed_cache_is_one_error(data):
     with pytest.raises(OcihookError):
-        ldsocache.parse(data, "ld.so.cache")
+        cachefile.parse(data, "ld.so.cache")
 
 
 def test_string_offset_outside_the_file(tmp_path):
@@ -73,16 +73,16 @@ def test_string_offset_outside_the_file(tmp_path):
     data = bytearray((tmp_path / "c").read_bytes())
     data[48 + 4 : 48 + 8] = (1 << 30).to_bytes(4, "little")  # the first entry's key offset
     with pytest.raises(OcihookError, match="outside the file"):
-        ldsocache.parse(bytes(data))
+        cachefile.parse(bytes(data))
 
 
 def test_arch_filter(tmp_path):
     entries = [("libcuda.so.1", "/lib64/a", hosts.X86_64), ("libcuda.so.1", "/lib32/a", 3)]
-    x64, x32 = ldsocache.arch_flags("x86_64")
-    assert ldsocache.Index(entries, x64).candidates("libcuda.so.*") == [
+    x64, x32 = cachefile.arch_flags("x86_64")
+    assert cachefile.Index(entries, x64).candidates("libcuda.so.*") == [
         ("libcuda.so.1", "/lib64/a")
     ]
-    assert ldsocache.Index(entries, x32).candidates("libcuda.so.*") == [
+    assert cachefile.Index(entries, x32).candidates("libcuda.so.*") == [
         ("libcuda.so.1", "/lib32/a")
     ]
 

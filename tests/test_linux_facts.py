@@ -8,20 +8,21 @@ import os
 
 import pytest
 
-from ocihook import apply, linux, mountinfo, securepath
-from ocihook.plan import FLAGS_LEGEND, Mount
+from ocihook.apply import execute
+from ocihook.linux import mountinfo, securepath, syscalls
+from ocihook.plan.model import FLAGS_LEGEND, Mount
 
 
 def test_syscall_numbers_per_architecture():
-    assert linux.syscall_number("openat2", "x86_64") == 437
-    assert linux.syscall_number("bpf", "x86_64") == 321
-    assert linux.syscall_number("bpf", "aarch64") == 280
-    assert linux.syscall_number("mount_setattr", "aarch64") == 442
+    assert syscalls.syscall_number("openat2", "x86_64") == 437
+    assert syscalls.syscall_number("bpf", "x86_64") == 321
+    assert syscalls.syscall_number("bpf", "aarch64") == 280
+    assert syscalls.syscall_number("mount_setattr", "aarch64") == 442
 
 
 def test_unknown_architecture_fails_clearly():
     with pytest.raises(OSError) as info:
-        linux.syscall_number("open_tree", "mips")
+        syscalls.syscall_number("open_tree", "mips")
     assert info.value.errno == errno.ENOSYS and "mips" in info.value.strerror
 
 
@@ -64,5 +65,5 @@ def test_mount_flags_are_what_the_plan_text_says(kind, writable):
     assert {"nosuid", "nodev"} <= set(flags) and "nosuid, nodev" in FLAGS_LEGEND
     assert ("noexec" in flags) == (kind not in ("library", "library32", "binary"))
     assert "noexec except libraries and binaries" in FLAGS_LEGEND
-    assert apply.new_api_attrs(flags) & linux.MOUNT_ATTR_NOSUID
-    assert bool(apply.classic_flags(flags) & linux.MS_RDONLY) is not writable
+    assert execute.new_api_attrs(flags) & syscalls.MOUNT_ATTR_NOSUID
+    assert bool(execute.classic_flags(flags) & syscalls.MS_RDONLY) is not writable

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ocihook.errors import OcihookError
-from ocihook.imex import covers, parse_channels
-from ocihook.request import DeviceRequest, check_allowed, parse_capabilities
+from ocihook.request.imex import covers, parse_channels
+from ocihook.request.parse import DeviceRequest, check_allowed, parse_capabilities
 from tests.support import golden, nvidia_direct, synthetic
 from tests.support.plans import run_plan
 
@@ -286,7 +286,7 @@ def test_all_capabilities_leave_out_by_name_ones():
 )
 def test_profile_node_entry_is_validated(entry, tmp_path):
     """A capability node is under /dev and names its driver: a char major or a misc device."""
-    from ocihook.config import compile_config
+    from ocihook.config.compiled import compile_config
 
     profile = yaml.safe_load((synthetic.PROFILES / "nvidia.yaml").read_text())
     profile["capabilities"]["gdrcopy"]["nodes"] = [entry]

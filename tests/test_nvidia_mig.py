@@ -74,7 +74,7 @@ def one_line_error(config: Path, devices: str, timeout: float = 60) -> str:
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(config)]
         + ["--devices", devices],
         capture_output=True,
         text=True,
@@ -205,10 +205,10 @@ def test_nvml_runs_only_for_requests_that_name_a_mig_device(tmp_path):
 
     probe = tmp_path / "probe.txt"
     config, host = setup(tmp_path, nvml="probe", probe=probe)
-    from ocihook.config import compile_config
-    from ocihook.discover import build_plan
-    from ocihook.request import parse_request
-    from ocihook.roots import Roots
+    from ocihook.config.compiled import compile_config
+    from ocihook.discover.build import build_plan
+    from ocihook.discover.roots import Roots
+    from ocihook.request.parse import parse_request
 
     compiled, _ = compile_config(str(config))
     for request in ("0", "nvidia1", "all", GPU1.uuid, GPU0.address):
@@ -309,7 +309,7 @@ def test_cdi_spec_names_every_gpu_and_mig_device_as_nvidias_generator_does(tmp_p
     settings["selinux"] = {"mode": "enabled"}  # the links' label choice alike on every host
     config.write_text(yaml.safe_dump(settings))
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "cdi", "generate", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "cdi", "generate", "--config", str(config)]
         + ["--format", "json", "--hook-path", "/usr/bin/ocihook"],
         capture_output=True,
         text=True,
@@ -344,7 +344,7 @@ def test_cdi_generate_fails_when_nvml_cannot_name_the_hosts_mig_devices(tmp_path
 
     config, _ = setup(tmp_path, nvml="fail")
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "cdi", "generate", "--config", str(config)],
+        [sys.executable, "-m", "ocihook.cli.main", "cdi", "generate", "--config", str(config)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -374,7 +374,7 @@ def test_plan_as_a_user_asks_nvml_too(tmp_path):
         os.chmod(path, os.stat(path).st_mode | 0o005)
     result = subprocess.run(
         ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-        + [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)]
+        + [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(config)]
         + ["--devices", "0:1"],
         capture_output=True,
         text=True,
@@ -393,7 +393,7 @@ def test_check_lists_uuids_and_mig_devices(tmp_path):
 
     config, host = setup(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "check", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(config)]
         + ["--hooks-dir", str(tmp_path)],
         capture_output=True,
         text=True,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from ocihook import nvml
-from ocihook.devices import Device
+from ocihook.discover import nvml
+from ocihook.discover.devices import Device
+from ocihook.discover.nvidia import MigDevice
 from ocihook.errors import OcihookError
-from ocihook.nvidia import MigDevice
-from ocihook.request import check_allowed, parse_request, select_devices
+from ocihook.request.parse import check_allowed, parse_request, select_devices
 
 GPU0 = "GPU-3b6d0a1c-5e2f-4a7b-9c8d-0e1f2a3b4c5d"
 GPU1 = "GPU-86f0e1d2-c3b4-4a59-8876-5f4e3d2c1b0a"
@@ -111,7 +111,7 @@ def test_allow_list_names_cover_requests_that_name_them():
 def test_allow_list_device_names_are_checked_when_the_config_compiles(tmp_path):
     import yaml
 
-    from ocihook.config import compile_config
+    from ocihook.config.compiled import compile_config
     from tests.support import synthetic
 
     path = tmp_path / "config.yaml"

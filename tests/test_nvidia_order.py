@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.config import compile_config
-from ocihook.devices import available_devices
+from ocihook.config.compiled import compile_config
+from ocihook.discover.devices import available_devices
+from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError
-from ocihook.roots import Roots
 from tests.support import golden, nvidia_mig
 from tests.test_nvidia_mig import GOLDEN, REPO, one_line_error, plan, setup, stable, stable_spec
 
@@ -40,7 +40,7 @@ def test_plan_matches_golden(layout, tmp_path):
     """Every index with its PCI address, UUID and node, and the MIG devices on their GPUs."""
     config, host = setup(tmp_path, layout=LAYOUTS[layout])
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(config)]
         + ["--devices", "all"],
         capture_output=True,
         text=True,
@@ -103,7 +103,7 @@ def test_cdi_names_index_0_the_first_gpu_in_pci_order(tmp_path):
     MIG device is 0:0 (tests/golden/cdi-nvidia-reordered.json)."""
     config, host = setup(tmp_path, layout=REORDERED)
     result = subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "cdi", "generate", "--config", str(config)]
+        [sys.executable, "-m", "ocihook.cli.main", "cdi", "generate", "--config", str(config)]
         + ["--format", "json", "--hook-path", "/usr/bin/ocihook"],
         capture_output=True,
         text=True,
@@ -187,8 +187,8 @@ def test_the_information_files_are_read_only_for_a_request_that_needs_the_order(
     """The hook's path (devices.choose without describe): a request for all or by node name
     selects by the nodes alone; one by index or address reads the files (here one that the
     driver would never write, so reading it is an error)."""
-    from ocihook.devices import choose
-    from ocihook.request import parse_request
+    from ocihook.discover.devices import choose
+    from ocihook.request.parse import parse_request
 
     config, host = setup(tmp_path, layout=REORDERED)
     info = host.root / "proc/driver/nvidia/gpus" / REORDERED[1].address / "information"

@@ -71,9 +71,15 @@ def test_metadata_names_the_package_its_version_and_rhel9_minimums(wheel):
 def test_console_script_and_package_data(wheel):
     info = f"ocihook-{ocihook.__version__}.dist-info"
     entry_points = wheel.read(f"{info}/entry_points.txt").decode()
-    assert re.search(r"^\[console_scripts\]\nocihook = ocihook\.cli:main$", entry_points, re.M)
+    assert re.search(
+        r"^\[console_scripts\]\nocihook = ocihook\.cli\.main:main$", entry_points, re.M
+    )
     names = set(wheel.namelist())
-    for data in ("ocihook/schema.json", "ocihook/hooksd.schema.json", "ocihook/cdi/schema.json"):
+    for data in (
+        "ocihook/config/schema.json",
+        "ocihook/check/hooksd.schema.json",
+        "ocihook/cdi/schema.json",
+    ):
         assert data in names
     package = {n for n in checkout_files() if n.startswith("ocihook/")}
     assert {n for n in names if n.startswith("ocihook/")} == package

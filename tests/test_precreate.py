@@ -1,6 +1,6 @@
 """The precreate stage (`ocihook-hook --stage precreate`, podman only): the proposed OCI config
 in, the config with the request's nodes, rules and bind mounts out; and the prestart stage's
-view of what config.json has the runtime do (ocihook/owned.py). The real podman + runc runs
+view of what config.json has the runtime do (ocihook/apply/owned.py). The real podman + runc runs
 are in tests/test_e2e_precreate.py."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook import owned
-from ocihook.devrules import DeviceRule
-from ocihook.plan import DeviceNode
-from ocihook.state import runtime_owned
+from ocihook.apply import owned
+from ocihook.plan.devrules import DeviceRule
+from ocihook.plan.model import DeviceNode
+from ocihook.request.state import runtime_owned
 from tests.support import synthetic
 from tests.support.golden import golden_json
 

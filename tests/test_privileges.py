@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ocihook import privileges
+from ocihook.linux import privileges
 from tests.support.sandbox import in_child
 
 pytestmark = pytest.mark.root

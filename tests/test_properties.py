@@ -11,10 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ocihook.config import compile_config
+from ocihook.config.compiled import compile_config
 from ocihook.errors import OcihookError
-from ocihook.request import DeviceRequest, check_allowed, parse_request
-from ocihook.state import load_container, read_state
+from ocihook.request.parse import DeviceRequest, check_allowed, parse_request
+from ocihook.request.state import load_container, read_state
 
 SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

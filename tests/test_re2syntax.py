@@ -1,6 +1,7 @@
-"""ocihook/re2syntax.py against Go's own regexp.Compile: every pattern of a corpus (hand-written,
-enumerated and fuzzed, several thousand) gets the same verdict, error code and offending text
-from both, for each Go version the validator models (go1.21.13 and go1.26.6, CRI-O 1.37's)."""
+"""ocihook/check/goregexp/syntax.py against Go's own regexp.Compile: every pattern of a corpus
+(hand-written, enumerated and fuzzed, several thousand) gets the same verdict, error code and
+offending text from both, for each Go version the validator models (go1.21.13 and go1.26.6,
+CRI-O 1.37's)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import re2data, re2syntax
+from ocihook.check.goregexp import syntax, tables
 from tests.support import goregexp
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "data" / "re2" / "patterns.txt"
-DIALECTS = {"go1.21": re2syntax.GO121, "go1.26": re2syntax.GO126}
+DIALECTS = {"go1.21": syntax.GO121, "go1.26": syntax.GO126}
 
 
 @pytest.fixture(scope="session")
@@ -28,12 +29,12 @@ def oracles(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def verdict(pattern: bytes, dialect: re2syntax.Dialect) -> tuple[str, bytes] | None:
-    error = re2syntax.check(pattern, dialect)
-    return None if error is None else (error.code, re2syntax.expr_bytes(error))
+def verdict(pattern: bytes, dialect: syntax.Dialect) -> tuple[str, bytes] | None:
+    error = syntax.check(pattern, dialect)
+    return None if error is None else (error.code, syntax.expr_bytes(error))
 
 
-def disagreements(oracle: Path, dialect: re2syntax.Dialect, patterns: list[bytes]) -> list[str]:
+def disagreements(oracle: Path, dialect: syntax.Dialect, patterns: list[bytes]) -> list[str]:
     go = goregexp.ask(oracle, patterns)
     out = []
     for pattern, expected in zip(patterns, go):
@@ -86,8 +87,8 @@ def enumerated() -> list[bytes]:
     posix = "alnum alpha ascii blank cntrl digit graph lower print punct space upper word xdigit"
     for name in posix.split() + ["foo", "Alpha", ""]:
         out += [f"[[:{name}:]]", f"[[:^{name}:]]", f"(?i)[[:{name}:]]", f"[^[:{name}:]x]"]
-    names = re2data.CATEGORIES.split() + re2data.SCRIPTS.split()
-    aliases = [pair.split("=")[0] for pair in re2data.CATEGORY_ALIASES.split()]
+    names = tables.CATEGORIES.split() + tables.SCRIPTS.split()
+    aliases = [pair.split("=")[0] for pair in tables.CATEGORY_ALIASES.split()]
     for name in names + aliases + ["Any", "Assigned", "ASCII", "Unknown", "L&", "Xx"]:
         variants = {name, name.lower(), name.upper(), name.replace("_", ""), name.replace("_", " ")}
         for v in sorted(variants):
@@ -200,7 +201,7 @@ def corpus() -> list[bytes]:
 def test_the_corpus_is_large_and_mixed():
     patterns = corpus()
     assert len(patterns) > 5000
-    verdicts = [verdict(p, re2syntax.GO126) for p in patterns]
+    verdicts = [verdict(p, syntax.GO126) for p in patterns]
     assert sum(v is None for v in verdicts) > 1000  # compiles
     codes = {v[0] for v in verdicts if v is not None}
     assert len(codes) >= 12, codes  # nearly every error code Go has
@@ -218,21 +219,21 @@ def test_every_pattern_gets_go_s_verdict(name, oracles):
 def test_go_s_size_and_depth_limits(oracles):
     """Against go1.26 only: the limits are the same code in every dialect (the patterns name
     no class whose lookup differs), and this corpus is the slow one."""
-    problems = disagreements(oracles["go1.26"], re2syntax.GO126, limits())
+    problems = disagreements(oracles["go1.26"], syntax.GO126, limits())
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.go
 def test_the_unicode_data_is_what_go_generates(tmp_path):
-    """ocihook/re2data.py is scripts/re2data's output with go1.26.6, and go1.21.13 knows the
-    same scripts and the categories without Cn and LC (those Go 1.25 added)."""
+    """ocihook/check/goregexp/tables.py is scripts/re2data's output with go1.26.6, and go1.21.13
+    knows the same scripts and the categories without Cn and LC (those Go 1.25 added)."""
     fresh = goregexp.go_run("1.26.6", ["run", "./scripts/re2data"], tmp_path).stdout
-    assert fresh.decode() == (REPO / "ocihook" / "re2data.py").read_text()
+    assert fresh.decode() == (REPO / "ocihook/check/goregexp/tables.py").read_text()
     names = goregexp.go_run("1.21.13", ["run", "./scripts/re2data", "-names"], tmp_path)
     version, categories, scripts = names.stdout.decode().splitlines()
     assert version.startswith("go1.21.13 15.0.0")
-    assert scripts.split() == re2data.SCRIPTS.split()
-    assert set(categories.split()) == set(re2data.CATEGORIES.split()) - {"Cn", "LC"}
+    assert scripts.split() == tables.SCRIPTS.split()
+    assert set(categories.split()) == set(tables.CATEGORIES.split()) - {"Cn", "LC"}
 
 
 # --- what the dialects mean (facts about Go versions; no Go needed) ---------------------------
@@ -260,19 +261,19 @@ ESCAPE = "invalid escape sequence"
     ],
 )
 def test_dialects(pattern, go119, go121, go126):
-    got = [re2syntax.check(pattern, d) for d in (re2syntax.GO119, re2syntax.GO121, re2syntax.GO126)]
+    got = [syntax.check(pattern, d) for d in (syntax.GO119, syntax.GO121, syntax.GO126)]
     assert [e and e.code for e in got] == [go119, go121, go126]
 
 
 def test_json_strings_with_lone_surrogates_are_read_as_go_reads_them():
     """Go's JSON decoder turns a lone surrogate escape into U+FFFD: a valid rune."""
-    assert re2syntax.check("a\ud800b") is None
-    assert re2syntax.check(b"a\xed\xa0\x80b").code == "invalid UTF-8"
+    assert syntax.check("a\ud800b") is None
+    assert syntax.check(b"a\xed\xa0\x80b").code == "invalid UTF-8"
 
 
 def test_the_hook_never_imports_the_validator():
     code = (
-        "import sys, ocihook.hook, ocihook.inject, ocihook.apply;"
+        "import sys, ocihook.hook, ocihook.apply.inject, ocihook.apply.execute;"
         "print(sorted(m for m in sys.modules if m.startswith('ocihook.re2')))"
     )
     result = subprocess.run(

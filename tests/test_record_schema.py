@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 
-from ocihook import record
-from ocihook.apply import SourceTree
+from ocihook import records
+from ocihook.apply.execute import SourceTree
 from ocihook.audit.records import Injected, container_from_dict
-from ocihook.cgroups import DeviceEdit
-from ocihook.plan import DeviceNode, DeviceRule, Link, Mount, Plan, finalize
-from ocihook.state import Container
-from ocihook.target import Decision
+from ocihook.cgroups.grant import DeviceEdit
+from ocihook.plan.decide import Decision
+from ocihook.plan.model import DeviceNode, DeviceRule, Link, Mount, Plan, finalize
+from ocihook.request.state import Container
 
 LABEL = "system_u:object_r:container_file_t:s0:c1,c2"
 
@@ -55,7 +55,7 @@ def test_written_record_reads_back_in_the_audit():
             "v1", "/sys/fs/cgroup/devices/x", "devices.allow", DeviceRule("c", 10, 237, "rw")
         )
     ]
-    body = record.injection_record(container, plan, trees, labels, edits, "native")
+    body = records.injection_record(container, plan, trees, labels, edits, "native")
     assert body["cgroup"] == [
         {
             "cgroup": "v1",
@@ -65,7 +65,7 @@ def test_written_record_reads_back_in_the_audit():
         }
     ]
     assert (body["file_label"], body["ld_cache"]) == (LABEL, "native")
-    assert body["version"] == record.RECORD_VERSION
+    assert body["version"] == records.RECORD_VERSION
     read = container_from_dict(json.loads(json.dumps(body)), "c1.json")
     assert (read.id, read.pid, read.rootfs, read.profile) == (
         "c1",
@@ -74,7 +74,7 @@ def test_written_record_reads_back_in_the_audit():
         "synthetic",
     )
     assert (read.mount_label, read.process_label) == (LABEL, container.process_label)
-    assert read.status == record.RUNNING
+    assert read.status == records.RUNNING
     assert read.injected == [
         Injected(
             "library",
@@ -90,7 +90,7 @@ def test_written_record_reads_back_in_the_audit():
     ]
     assert "rootless" not in body
     # The hook of a rootless container: no cgroup edits, the user named; audit reads it alike.
-    rootless = record.injection_record(container, plan, trees, labels, [], "native", 1000)
+    rootless = records.injection_record(container, plan, trees, labels, [], "native", 1000)
     assert (rootless["cgroup"], rootless["rootless"]) == (
         [],
         {"host_uid": 1000, "device_cgroup": "unchanged"},
@@ -102,6 +102,6 @@ def test_written_record_reads_back_in_the_audit():
 def test_record_versions_and_default_dir_have_one_home():
     from ocihook.audit import records as audit_records
 
-    assert audit_records.RECORD_VERSION is record.RECORD_VERSION
-    assert audit_records.DEFAULT_STATE_DIR is record.DEFAULT_STATE_DIR
-    assert record.RECORD_VERSION in record.READABLE_VERSIONS
+    assert audit_records.RECORD_VERSION is records.RECORD_VERSION
+    assert audit_records.DEFAULT_STATE_DIR is records.DEFAULT_STATE_DIR
+    assert records.RECORD_VERSION in records.READABLE_VERSIONS

@@ -11,8 +11,8 @@ import time
 
 from click.testing import CliRunner
 
-from ocihook.audit.cli import audit
-from ocihook.record import SWEEP_STAMP, process_start
+from ocihook.cli.audit import audit
+from ocihook.records import SWEEP_STAMP, process_start
 from tests.conftest import base_config
 from tests.support import podman
 

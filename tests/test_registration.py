@@ -1,5 +1,5 @@
 """Where ocihook is registered, against the directories the runtimes read
-(ocihook/registration.py): read by whom, nobody reads it, masked, twice, and a foreign file
+(ocihook/check/registration.py): read by whom, nobody reads it, masked, twice, and a foreign file
 that stops the runtime. The runtimes' directories here are temporary ones."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.findings import FAILED, OK, WARNING
-from ocihook.hooksdirs import Reader
-from ocihook.registration import registration_findings, runtime_findings
+from ocihook.check.findings import FAILED, OK, WARNING
+from ocihook.check.hooksdirs import Reader
+from ocihook.check.registration import registration_findings, runtime_findings
 
 REPO = Path(__file__).resolve().parent.parent
 

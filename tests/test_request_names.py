@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ocihook.devices import Device
+from ocihook.discover.devices import Device
 from ocihook.errors import OcihookError
-from ocihook.request import DeviceRequest, check_allowed, parse_request, select_indices
+from ocihook.request.parse import DeviceRequest, check_allowed, parse_request, select_indices
 
 AVAILABLE = {
     0: Device(0, "0000:41:00.0", "amdgpu", ["/dev/dri/card2", "/dev/dri/renderD129"]),

@@ -19,7 +19,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from ocihook.hooksdirs import DEFAULT_DIR
+from ocihook.check.hooksdirs import DEFAULT_DIR
 from tests.support import podman, rootless, synthetic
 
 SMI = "/usr/bin/synth-smi"

@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from ocihook import rootless, state
 from ocihook.errors import OcihookError
+from ocihook.request import rootless, state
 
 ROOTLESS_MAP = "         0       1001          1\n         1     100000      65536\n"
 

@@ -1,4 +1,4 @@
-"""`ocihook check`'s route lines (ocihook/routes.py) from real configuration files: podman's
+"""`ocihook check`'s route lines (ocihook/check/routes.py) from real configuration files: podman's
 containers.conf (CONTAINERS_CONF) and CRI-O's crio.conf (CONTAINER_CONFIG), real hooks.d
 directories with and without the precreate stage, systemd as PID 1 or not (this machine:
 not; `booted` says which host is described)."""
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ocihook import hooksdirs, routes
+from ocihook.check import hooksdirs, routes
 from tests.conftest import REPO
 from tests.support import podman
 
@@ -155,7 +155,7 @@ def test_check_prints_the_route_lines_and_json_has_them(hook_setup, tmp_path):
     conf.write_text(
         f'[engine]\nhooks_dir = ["{hook_setup.hooks_dir}"]\ncgroup_manager = "cgroupfs"\n'
     )
-    args = [sys.executable, "-m", "ocihook.cli", "check", "--config", str(hook_setup.config)]
+    args = [sys.executable, "-m", "ocihook.cli.main", "check", "--config", str(hook_setup.config)]
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     text = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env)
     assert text.returncode == 0, text.stdout + text.stderr

@@ -441,7 +441,7 @@ def test_rhel9_installed_command_runs_under_python39(rhel9, synth_root, tmp_path
     assert planned.returncode == 0, planned.stderr
     # the same plan as the checkout's, under this venv's Python
     reference = run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config)], cwd=REPO
+        [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(config)], cwd=REPO
     )
     assert planned.stdout == reference.stdout and "libsynth.so.1" in planned.stdout
 

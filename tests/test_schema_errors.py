@@ -1,5 +1,5 @@
 """A config that breaks the schema gets one exact line, the same under jsonschema 3.2 (RHEL 9:
-make test-py39 runs this file) and 4.x (the main venv): ocihook/schemaerrors.py chooses and
+make test-py39 runs this file) and 4.x (the main venv): ocihook/config/schemaerrors.py chooses and
 words the error, not the installed jsonschema's best_match."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ocihook.config import compile_config
+from ocihook.config.compiled import compile_config
 from ocihook.errors import OcihookError
 
 CASES = [

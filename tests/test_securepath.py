@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import apply, securepath
+from ocihook.apply import execute
+from ocihook.linux import securepath
 from tests.support.sandbox import in_private_mount_ns
 
 
@@ -192,16 +193,16 @@ def test_attach_verifies_and_rolls_back(tmp_path, mode):
     (root / canary.relative_to("/")).mkdir(parents=True)  # ... that also exists in the root
 
     def body() -> None:
-        from ocihook.plan import Mount, Plan
+        from ocihook.plan.model import Mount, Plan
 
         src_fd = securepath.open_dir(str(source))
         plan = Plan("p", str(source), "/", "all", "/usr/lib64")
         plan.mounts.append(
             Mount("/libx.so.1", str(source / "libx.so.1"), "/usr/lib64/x", "library")
         )
-        trees = apply.clone_sources(plan, src_fd)
+        trees = execute.clone_sources(plan, src_fd)
         root_fd = securepath.open_dir(str(root))
-        writer = apply.ContainerWriter(root_fd, None)
+        writer = execute.ContainerWriter(root_fd, None)
         writer.attach(trees[0].fd, "/usr/lib64/x", (trees[0].dev, trees[0].ino), "x")
         inside = root / canary.relative_to("/") / "x"
         assert inside.read_text() == "driver", "mounted inside the root"

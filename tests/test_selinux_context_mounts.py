@@ -16,9 +16,10 @@ import stat
 
 import pytest
 
-from ocihook import apply, linux, securepath
+from ocihook.apply import execute
 from ocihook.errors import OcihookError
-from ocihook.plan import DeviceNode, Link
+from ocihook.linux import securepath, syscalls
+from ocihook.plan.model import DeviceNode, Link
 from ocihook.selinux.label import get_label, label_at
 from tests.support import synthetic
 from tests.support.sandbox import in_private_mount_ns
@@ -41,7 +42,7 @@ def test_label_at_on_a_refusing_file_system_says_which_label_it_has(tmp_path):
     """EOPNOTSUPP from the kernel (ramfs): no exception, a line naming the label it has."""
 
     def body() -> None:
-        linux.mount("none", str(tmp_path), "ramfs", 0)
+        syscalls.mount("none", str(tmp_path), "ramfs", 0)
         (tmp_path / "f").write_text("x")
         with pytest.raises(OSError) as refused:
             os.setxattr(str(tmp_path / "f"), "security.selinux", LABEL.encode())
@@ -61,10 +62,10 @@ def test_writer_on_a_refusing_file_system_fails_with_one_line_and_rolls_back(tmp
     created, instead of an uncaught OSError."""
 
     def body() -> None:
-        linux.mount("none", str(tmp_path), "ramfs", 0)
+        syscalls.mount("none", str(tmp_path), "ramfs", 0)
         (tmp_path / "usr/lib64").mkdir(parents=True)
         root_fd = securepath.open_dir(str(tmp_path))
-        writer = apply.ContainerWriter(root_fd, LABEL)
+        writer = execute.ContainerWriter(root_fd, LABEL)
         with pytest.raises(OcihookError) as failed:
             writer.link(Link("/usr/lib64/libsynth.so.1", "libsynth.so.1.2.3"))
         message = str(failed.value)
@@ -80,10 +81,10 @@ def test_device_nodes_get_the_host_nodes_mode_whatever_the_umask(tmp_path):
     """mknod applies the umask; a non-root container user needs the host node's 0666."""
 
     def body() -> None:
-        linux.mount("none", str(tmp_path), "tmpfs", 0, "mode=755")
+        syscalls.mount("none", str(tmp_path), "tmpfs", 0, "mode=755")
         (tmp_path / "dev").mkdir()
         root_fd = securepath.open_dir(str(tmp_path))
-        writer = apply.ContainerWriter(root_fd, None)
+        writer = execute.ContainerWriter(root_fd, None)
         old = os.umask(0o022)
         try:
             accel = synthetic.suite_devices()["synth0"]

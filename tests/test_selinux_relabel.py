@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ocihook.cli.selinux import selinux as selinux_cli
 from ocihook.errors import OcihookError
-from ocihook.selinux.cli import selinux as selinux_cli
 from ocihook.selinux.label import DEVICE_CONTEXT, SHARED_FILE_CONTEXT, XATTR, get_label
 from ocihook.selinux.relabel import relabel
 from tests.support import synthetic

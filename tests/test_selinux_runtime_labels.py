@@ -118,7 +118,7 @@ def _audit_explains_denials_of_this_container(hook_setup, record, driver, tmp_pa
         [
             sys.executable,
             "-m",
-            "ocihook.cli",
+            "ocihook.cli.main",
             "audit",
             "--json",
             "--state-dir",
@@ -150,7 +150,7 @@ def test_unlabelled_source_is_refused_with_the_fix(hook_setup, synth_root, image
 
 
 def test_fix_for_a_host_system_source_root_is_not_a_relabel(tmp_path):
-    from ocihook.inject import relabel_fix
+    from ocihook.apply.inject import relabel_fix
 
     assert relabel_fix(str(tmp_path)) == f"run: ocihook selinux relabel {tmp_path}"
     for root in ("/", "/usr"):

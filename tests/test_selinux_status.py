@@ -8,7 +8,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from ocihook.selinux.cli import selinux as selinux_cli
+from ocihook.cli.selinux import selinux as selinux_cli
 from ocihook.selinux.label import SHARED_FILE_CONTEXT, XATTR, selinux_enabled
 from ocihook.selinux.relabel import relabel
 from ocihook.selinux.status import BOOLEANS, collect, selinux_mode

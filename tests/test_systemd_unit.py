@@ -1,4 +1,4 @@
-"""ocihook/systemd.py: the container's unit gets the rules as runtime DeviceAllow= entries.
+"""ocihook/cgroups/systemd.py: the container's unit gets the rules as runtime DeviceAllow= entries.
 
 systemd is not PID 1 on this machine, so the unit side is a stand-in for systemd's private
 socket (tests/support/dbus.py StandInSystemd: a peer that serves GetUnit, Properties.Get and
@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from ocihook import systemd
-from ocihook.devrules import DeviceRule
+from ocihook.cgroups import systemd
 from ocihook.errors import OcihookError
+from ocihook.plan.devrules import DeviceRule
 from tests.support.dbus import Bus, StandInSystemd, Unit
 
 NULL = DeviceRule("c", 1, 3, "rw")  # /dev/null: a node every host has

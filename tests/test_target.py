@@ -1,4 +1,4 @@
-"""The one decision site (ocihook/target.py): what `decide` decides for each kind of target,
+"""The one decision site (ocihook/plan/decide.py): what `decide` decides for each kind of target,
 what the image probe finds inside an image's root (and never outside it), and that
 `finalize` stamps exactly the decision into the plan. Unprivileged: plain directories stand
 in for images, the config is the defaults' sections."""
@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.config import DEFAULTS
+from ocihook.config.compiled import DEFAULTS
 from ocihook.errors import OcihookError
-from ocihook.plan import DeviceNode, Link, Mount, Plan, finalize
-from ocihook.target import (
+from ocihook.plan.decide import (
     CLI,
     CONTAINER,
     MOUNT_LABEL,
@@ -27,6 +26,7 @@ from ocihook.target import (
     lib_dir32_for,
     probe_lib_dir,
 )
+from ocihook.plan.model import DeviceNode, Link, Mount, Plan, finalize
 
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
 

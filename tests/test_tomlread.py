@@ -1,4 +1,4 @@
-"""ocihook/tomlread.py, the TOML reader `ocihook check` reads containers.conf and crio.conf
+"""ocihook/check/tomlread.py, the TOML reader `ocihook check` reads containers.conf and crio.conf
 with, against Python 3.11's tomllib: on a hand-written corpus, this host's own
 containers.conf, thousands of mutations of them and generated documents, both accept with
 the same data (the hooks_dir keys in particular) or both reject. Under Python 3.9 (the RHEL 9
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import tomlread
+from ocihook.check import tomlread
 from tests.support.tomllib_python import tomllib_python
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from ocihook.audit import names
 from ocihook.audit.parse import Avc, Event
 from ocihook.audit.policy import Policy, Verdict
 from ocihook.audit.records import Match, categories, context_type, requested_char_device
-from ocihook.kinds import audit_name
+from ocihook.plan.kinds import audit_name
 
 # cause -> the heading the report shows
 CAUSES = {

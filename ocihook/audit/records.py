@@ -1,6 +1,6 @@
 """The hook's per-container records (/run/ocihook/<id>.json) and matching denials to them.
 
-The schema and lifetime are ocihook.record's: records stay after the container exits
+The schema and lifetime are ocihook.records's: records stay after the container exits
 (status "exited", `exited_at`) or is found gone without a poststop ("orphaned"), so a
 denial of a container that has already failed is still tied to it. When a denial's time
 is known, containers whose lifetime covers it are preferred (MCS categories and pids are
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ocihook.audit.parse import Avc, Event
 from ocihook.errors import describe
-from ocihook.record import (
+from ocihook.records import (
     DEFAULT_STATE_DIR,
     EXITED,
     ORPHANED,

@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 from ocihook.audit.explain import CAUSES, Finding
 from ocihook.audit.parse import ParseResult
-from ocihook.kinds import audit_name
+from ocihook.plan.kinds import audit_name
 
 UNRELATED = "not related to ocihook"
 SHOW_UNREADABLE = 5

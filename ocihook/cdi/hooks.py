@@ -4,7 +4,7 @@ names, for what CDI cannot express: soname links and the container's ld cache.
 The runtime runs createContainer hooks in the container's mount namespace before
 pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
 state.py validates the state and config.json, securepath.py resolves every path in the
-rootfs by fd, apply.ContainerWriter creates the links (never in a host-shared directory,
+rootfs by fd, execute.ContainerWriter creates the links (never in a host-shared directory,
 an image file in the way is an error, labelled as the spec says), and ldcache.py runs the
 host's static ldconfig sandboxed in the rootfs.
 
@@ -22,13 +22,12 @@ from __future__ import annotations
 import os
 import sys
 
-from ocihook import apply, ldcache, mountinfo
-from ocihook.config import DEFAULTS
-from ocihook.elf import open_static_executable
+from ocihook.apply import execute, ldcache
+from ocihook.config.compiled import DEFAULTS
 from ocihook.errors import OcihookError
-from ocihook.plan import PLACEHOLDER_LIB_DIR, Link, Plan
-from ocihook.state import MAX_STATE_BYTES, Container, load_container, read_state
-from ocihook.target import (
+from ocihook.ld.elf import open_static_executable
+from ocihook.linux import mountinfo
+from ocihook.plan.decide import (
     NO_LABEL,
     STATIC,
     Decision,
@@ -36,6 +35,8 @@ from ocihook.target import (
     carried_decision,
     decide,
 )
+from ocihook.plan.model import PLACEHOLDER_LIB_DIR, Link, Plan
+from ocihook.request.state import MAX_STATE_BYTES, Container, load_container, read_state
 
 
 def read_container(stdin=None) -> Container:
@@ -90,7 +91,7 @@ class _Rootfs:
         # inside the container already, the CDI mounts); nothing is created there.
         self.shared = mountinfo.superblocks()
         if self.joined:
-            self.fd = apply.enter_container(container.pid, container.rootfs)
+            self.fd = execute.enter_container(container.pid, container.rootfs)
         else:
             self.fd = self._open_inside(container.rootfs)
 
@@ -102,7 +103,7 @@ class _Rootfs:
             host_ns = None
         if host_ns is not None and host_ns == _mnt_ns("self"):
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
-        return apply.open_rootfs(rootfs, "this mount namespace")
+        return execute.open_rootfs(rootfs, "this mount namespace")
 
     def ids(self) -> tuple[int, int]:
         """uid/gid to create files as: the container's root, mapped when we came from outside
@@ -160,7 +161,7 @@ def create_symlinks(container: Container, links: list[Link], label: object = LEG
     rootfs = _Rootfs(container)
     try:
         uid, gid = rootfs.ids()
-        writer = apply.ContainerWriter(rootfs.fd, label, uid, gid, rootfs.shared)
+        writer = execute.ContainerWriter(rootfs.fd, label, uid, gid, rootfs.shared)
         try:
             for link in links:
                 writer.link(link)

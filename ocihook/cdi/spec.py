@@ -18,7 +18,7 @@ import os
 import re
 
 from ocihook.errors import OcihookError
-from ocihook.target import MOUNT_LABEL, NO_LABEL
+from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the

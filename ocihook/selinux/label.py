@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 
-from ocihook import securepath
+from ocihook.linux import securepath
 from ocihook.selinux import names
 
 XATTR = "security.selinux"

@@ -14,9 +14,9 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ocihook import securepath
 from ocihook.errors import OcihookError, describe
-from ocihook.kinds import short_type
+from ocihook.linux import securepath
+from ocihook.plan.kinds import short_type
 from ocihook.selinux.label import (
     DEVICE_TYPE,
     SHARED_FILE_CONTEXT,

@@ -1,4 +1,4 @@
-"""Run `ocihook` in-process through its real entry (ocihook.cli.cli, under the command line's
+"""Run `ocihook` in-process through its real entry (ocihook.cli.main.cli, under the command line's
 convention), with stdout and stderr kept apart under click 7 and 8 alike."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def runner() -> CliRunner:
 
 def invoke(args: Sequence[str], stdin: bytes | str | None = None) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `ocihook ARGS`."""
-    from ocihook.cli import cli
+    from ocihook.cli.main import cli
 
     result = runner().invoke(cli, list(args), input=stdin, prog_name="ocihook")
     return result.exit_code, result.stdout, result.stderr

@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ocihook import mountinfo
+from ocihook.linux import mountinfo
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SHARED = REPO.parent / "shared" / "tools" / "crio"

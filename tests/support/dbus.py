@@ -1,4 +1,4 @@
-"""D-Bus peers for the tests of ocihook/dbuswire.py and ocihook/systemd.py.
+"""D-Bus peers for the tests of ocihook/cgroups/dbuswire.py and ocihook/cgroups/systemd.py.
 
 `Bus`: a real dbus-daemon (Debian's dbus-daemon) on a socket in a temporary directory,
 session-type policy, EXTERNAL auth: the other side the client talks to, and the router
@@ -8,7 +8,7 @@ through which gdbus (GLib's own marshaller) calls it.
 connection: no bus daemon, no Hello), serving the few Manager and Properties methods the
 hook calls from a plain dict of units, and recording each SetUnitProperties. It is not
 systemd: the real one answers in the enforcing guest (tests/enforcing/guest_checks.py
-reload-prestart). It marshals with ocihook.dbuswire, whose wire format the gdbus tests pin.
+reload-prestart). It marshals with ocihook.cgroups.dbuswire, whose wire format the gdbus tests pin.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 
-from ocihook import dbuswire as d
+from ocihook.cgroups import dbuswire as d
 
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">

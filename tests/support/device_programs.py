@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ocihook.bpf import (
+from ocihook.cgroups.bpf import (
     ALU32_AND_K,
     ALU32_MOV_K,
     ALU32_MOV_X,
@@ -24,11 +24,11 @@ from ocihook.bpf import (
     Insn,
     prologue,
 )
-from ocihook.cgroup_v2 import _close, _Prog, programs
-from ocihook.cgroups import CgroupTarget, _open_dir
-from ocihook.devrules import ACCESS_BITS, TYPE_CODES, DeviceRule
+from ocihook.cgroups.grant import CgroupTarget, _open_dir
+from ocihook.cgroups.v2 import _close, _Prog, programs
 from ocihook.errors import OcihookError
-from ocihook.slots import Struct
+from ocihook.plan.devrules import ACCESS_BITS, TYPE_CODES, DeviceRule
+from ocihook.structs import Struct
 
 # Decoder: reads back programs in this layout (ours and runc's, whose blocks use R1 as
 # scratch). Returns the rules in order and the default; unknown code ends the decoding.

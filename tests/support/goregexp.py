@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 GO_ROOT = REPO / ".venv" / "go"
 ORACLE_SOURCE = REPO / "tests" / "support" / "re2oracle" / "main.go"
 
-# ocihook/re2syntax.py dialect name -> the Go toolchain it is tested against (Makefile's
+# ocihook/check/goregexp/syntax.py dialect name -> the Go toolchain it is tested against (Makefile's
 # GO_VERSIONS installs them).
 TOOLCHAINS = {"go1.21": "1.21.13", "go1.26": "1.26.6"}
 

@@ -10,9 +10,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def run_plan(config: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m ocihook.cli plan --config CONFIG ARGS...` from the checkout."""
+    """`python -m ocihook.cli.main plan --config CONFIG ARGS...` from the checkout."""
     return subprocess.run(
-        [sys.executable, "-m", "ocihook.cli", "plan", "--config", str(config), *args],
+        [sys.executable, "-m", "ocihook.cli.main", "plan", "--config", str(config), *args],
         capture_output=True,
         text=True,
         cwd=REPO,

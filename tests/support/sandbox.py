@@ -14,7 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ocihook import linux
+from ocihook.linux import syscalls
 
 CGROUP_V1_DEVICES = Path("/sys/fs/cgroup/devices")
 # runc's default device rules (libcontainer/specconv AllowedDevices), written after "a" is denied.
@@ -50,7 +50,7 @@ def overlay(lower: Path, upper: Path, work: Path, target: Path) -> Mount:
 
 def bind_onto_itself(path: Path) -> Mount:
     """`path` bind-mounted onto itself (a rootfs that is a mount point of its own)."""
-    return (str(path), str(path), None, linux.MS_BIND, "")
+    return (str(path), str(path), None, syscalls.MS_BIND, "")
 
 
 def v1_write(cgroup: Path, name: str, line: str) -> None:
@@ -111,10 +111,10 @@ class FakeRuntimeProcess:
                 os.close(ready_r)
                 os.close(hold_w)
                 if private:
-                    linux.unshare(linux.CLONE_NEWNS)
-                    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+                    syscalls.unshare(syscalls.CLONE_NEWNS)
+                    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
                 for source, target, fstype, flags, data in mounts:
-                    linux.mount(source, target, fstype, flags, data)
+                    syscalls.mount(source, target, fstype, flags, data)
                 os.write(ready_w, b"ok")
                 os.close(ready_w)
                 os.read(hold_r, 1)  # until closed
@@ -161,8 +161,8 @@ def in_private_mount_ns(function) -> None:
     if pid == 0:
         code = 1
         try:
-            linux.unshare(linux.CLONE_NEWNS)
-            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+            syscalls.unshare(syscalls.CLONE_NEWNS)
+            syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
             function()
             code = 0
         except BaseException as error:  # report to the parent through the exit status

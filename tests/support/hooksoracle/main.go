@@ -1,6 +1,6 @@
 // Command hooksoracle reads hooks.d files as containers/common's pkg/hooks 1.0.0 reader
 // does, with Go's own encoding/json and regexp: the reference that tests/test_check.py
-// compares ocihook/hooksd.py with. The structs below have the field names, types and JSON
+// compares ocihook/check/hooksd.py with. The structs below have the field names, types and JSON
 // tags of containers/common's hook.Hook and hook.When and the runtime-spec's Hook; the
 // checks follow hook.Hook.Validate, with CRI-O's stages (no extension stages).
 //

@@ -1,0 +1,351 @@
+"""Inject the driver into one container: plan -> decide -> clone -> enter -> finalize ->
+apply -> record.
+
+The plan comes from discovery (discover.build_plan), every decision about the container
+from target.decide; this module only runs the steps in their order, on the host and then
+in the container's mount namespace, and undoes them on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+from ocihook import records as record
+from ocihook.apply import execute, ldcache, owned
+from ocihook.cgroups import grant
+from ocihook.discover.build import build_plan
+from ocihook.discover.roots import Roots
+from ocihook.errors import OcihookError, describe
+from ocihook.ld import elf
+from ocihook.linux import mountinfo, privileges, securepath
+from ocihook.plan.decide import CONTAINER, Decision, Target, decide
+from ocihook.plan.kinds import KINDS, LABEL_WRITABLE, Kind
+from ocihook.plan.model import Plan, finalize
+from ocihook.request.state import hook_namespace
+from ocihook.selinux import label as selinux_label
+
+TYPE_CHECKING = False  # typing costs imports at container start: annotations only
+if TYPE_CHECKING:
+    from ocihook.request.parse import DeviceRequest
+    from ocihook.request.state import Container
+
+
+def check_source_labels(
+    sources: list[execute.SourceTree],
+    config: dict,
+    log: record.Log,
+    source_real: str | None = None,
+    process_label: str | None = None,
+) -> list[str | None]:
+    """The SELinux labels of the bind-mount sources, in order, read from the fds that are
+    mounted (not from their host paths); a label no container can read (or, for a
+    read-write mount, write) fails the start, or is logged with `selinux.source_check:
+    warn`. `source_real` is the source root's canonical path (for the fix's wording).
+    A read-only source of a type outside the ones every container policy grants (a host
+    driver's /usr/bin binary is bin_t) is fine when the loaded policy lets the container's
+    `process_label` use it as its kind needs (selinux/access.py asks the kernel)."""
+    labels = [
+        selinux_label.get_label(securepath.fd_path(s.fd), follow_symlinks=True) for s in sources
+    ]
+    mode = config["selinux"]["source_check"]
+    if mode == "off":
+        return labels
+    fix = None
+    seen = set()
+    asked: dict[tuple[str, str], bool | None] = {}
+    for source, context in zip(sources, labels):
+        mount = source.mount
+        if mount.host_path in seen:
+            continue  # one file mounted at two targets: one line about it
+        seen.add(mount.host_path)
+        rule = LABEL_WRITABLE if mount.writable else KINDS[mount.kind].label
+        if rule == LABEL_WRITABLE:
+            problem = writable_label_problem(mount.host_path, context)
+        elif selinux_label.source_label_problem(mount.host_path, context, "") is None:
+            continue
+        elif policy_allows(process_label, context, KINDS[mount.kind], asked):
+            continue
+        else:
+            fix = fix or relabel_fix(config["source_root"], source_real)
+            problem = selinux_label.source_label_problem(mount.host_path, context, fix)
+        if problem is None:
+            continue
+        if mode == "error":
+            raise OcihookError(problem)
+        log.info(f"warning: {problem}")
+    return labels
+
+
+def policy_allows(process_label: str | None, context: str | None, kind: Kind, asked: dict) -> bool:
+    """Whether the running policy lets the container's domain use a source labelled
+    `context` as `kind` needs (asked once per label and kind's needs: `asked`)."""
+    if not process_label or not context:
+        return False
+    from ocihook.selinux import access
+
+    tclass, perms = access.use(kind.source, kind.executable)
+    key = (context, f"{tclass} {' '.join(perms)}")
+    if key not in asked:
+        asked[key] = access.allowed(process_label, context, tclass, perms)
+    return asked[key] is True
+
+
+def writable_label_problem(path: str, context: str | None) -> str | None:
+    """A directory the profile mounts read-write (the MPS pipe dir) must be writable by every
+    container: container_file_t at s0, no categories (container_ro_file_t would not do)."""
+    try:
+        _user, _role, type_, level = selinux_label.split_context(context or "")
+    except ValueError:
+        type_, level = None, None
+    if type_ in selinux_label.CONTAINER_FILE_TYPES and level in ("", "s0"):
+        return None
+    return (
+        f"{path} is mounted read-write but labelled {context or 'nothing'}, which containers "
+        f"cannot write; run: chcon -R -t container_file_t -l s0 {path} (and make it "
+        "persistent with semanage fcontext)"
+    )
+
+
+def relabel_fix(source_root: str, real: str | None = None) -> str:
+    """What to tell the user: relabel the driver's root, unless it is a host system dir.
+    `real` is the root's canonical path (Roots.source_real: what its fd names)."""
+    from ocihook.selinux.relabel import refusal
+
+    if refusal(real or os.path.realpath(source_root)) is None:
+        return f"run: ocihook selinux relabel {source_root}"
+    return (
+        f"the source root {source_root} is host system content that ocihook does not relabel: "
+        "serve the driver from its own root (a driver container's volume) and relabel that, "
+        "or set selinux.source_check: warn"
+    )
+
+
+def inject(container: Container, config: dict, request: DeviceRequest) -> dict:
+    """Do it; returns the record written to the state dir."""
+    started = time.monotonic()
+    log = record.Log(config["log"]["target"], config["log"]["debug"])
+    try:
+        result = _Injection(container, config, log).run(request)
+    except OcihookError as error:
+        log.error(f"{container.id}: {error}")
+        raise
+    elapsed = 1000 * (time.monotonic() - started)
+    log.info(
+        f"{container.id}: injected {len(result['mounts'])} files, {len(result['links'])} links, "
+        f"{len(result['devices'])} devices (profile {result['profile']}, "
+        f"request {result['request']}, source {result['source_root']}) in {elapsed:.1f} ms"
+    )
+    return result
+
+
+def _raise_fd_limit() -> None:
+    """Two descriptors per injected file stay open until the end (the detached mount and
+    its undo handle): allow as many as the hard limit permits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class _Injection:
+    """One injection's steps, the handles they hold until it ends (the sources opened for
+    the plan's mounts and device nodes, the host's ldconfig) and what they did (the
+    finalized plan, the device cgroup edits, how the ld cache was updated): the record."""
+
+    def __init__(self, container: Container, config: dict, log: record.Log) -> None:
+        self.container = container
+        self.config = config
+        self.log = log
+        self.api = execute.mount_api(config["mount_api"])
+        self.sources: list[execute.SourceTree] = []
+        self.labels: list[str | None] = []
+        self.node_sources: dict[str, int] = {}
+        self.ldconfig_fd: int | None = None
+        self.closed = False
+        self.final: Plan | None = None
+        self.edits: list[grant.DeviceEdit] = []
+        self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
+        self.host_mounts: list | None = None  # mountinfo.Entry of our (the runtime's) namespace
+
+    def _debug(self, line: str) -> None:
+        self.log.debug(f"{self.container.id}: {line}")
+
+    def run(self, request: DeviceRequest) -> dict:
+        _raise_fd_limit()
+        container, config = self.container, self.config
+        namespace = hook_namespace()  # rootless podman: the hook in the user's namespace
+        target = Target(
+            CONTAINER, container.userns, container.mount_label, None, True, namespace.rootless
+        )
+        if namespace.rootless:
+            from ocihook.request import rootless
+
+            rootless.check_runtime_dir(namespace)
+        state_fd = -1
+        try:
+            with Roots(config["source_root"], config["device_root"]) as roots:
+                plan = build_plan(config, roots, request)
+                decision = decide(config, target, plan)
+                self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
+                for warning in plan.warnings:
+                    self.log.info(f"{container.id}: warning: {warning}")
+                if namespace.rootless:  # a node the user cannot open: refused before changes
+                    rootless.check_nodes(
+                        namespace, plan.devices, roots.device_fd, container.annotations
+                    )
+                # New mount API: clone the sources on the host now. Classic API: open them in
+                # the container's mount namespace (a bind mount cannot cross namespaces).
+                if self.api.on_host:
+                    self._open_sources(plan, decision, roots)
+                if decision.ld_writer is not None:
+                    self.ldconfig_fd = elf.open_static_executable(
+                        config["ldconfig"]["path"], "ldconfig"
+                    )
+                state_fd = record.open_state_dir(config["state_dir"])
+                self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
+                self._with_device_cgroup(plan, decision, roots)
+            self._close()
+            # Everything that needs privilege is done: what is left is writing our own files.
+            privileges.drop_capabilities()
+            if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
+                caps = privileges.effective_capabilities()
+                self._debug(f"capabilities dropped, CapEff {caps:x}")
+            body = record.injection_record(
+                container,
+                self.final,
+                self.sources,
+                self.labels,
+                self.edits,
+                self.ld_cache,
+                namespace.host_uid if namespace.rootless else None,
+            )
+            record.write_record(state_fd, config["state_dir"], container.id, body)
+            settings = config["records"]
+            record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
+            return body
+        finally:
+            self._close()
+            if state_fd >= 0:
+                os.close(state_fd)
+
+    def _open_sources(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """The plan's sources (and, for bind-mounted nodes, the host's nodes) opened for
+        mounting by the mount API; their labels checked when the hook labels."""
+        self.sources = self.api.sources(plan, roots)
+        if decision.node_strategy == "bind":
+            self.node_sources = self.api.nodes(plan, roots)
+        if decision.file_label:
+            self.labels = check_source_labels(
+                self.sources,
+                self.config,
+                self.log,
+                roots.source_real,
+                self.container.process_label,
+            )
+        else:
+            self.labels = [None] * len(self.sources)
+
+    def _with_device_cgroup(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """The device cgroup edits (when the decision makes them), then the container part;
+        the edits are undone when that fails."""
+        cgroup = None
+        container = self.container
+        # The rules config.json has the runtime apply (the precreate stage's) are its own.
+        rules = owned.cgroup_rules(plan, container.runtime) if decision.device_cgroup else []
+        if rules:
+            cgroup = grant.find_container_cgroup(
+                container.pid, container.cgroups_path, annotations=container.annotations
+            )
+            info = lambda line: self.log.info(f"{container.id}: {line}")  # noqa: E731
+            self.edits = grant.allow_devices(cgroup, rules, info)
+            if self.log.debug_enabled:
+                records = [e.record() for e in self.edits]
+                self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
+        try:
+            self._in_container(plan, decision, roots)
+        except BaseException:
+            if cgroup is not None:
+                _undo_cgroup(cgroup, self.edits, self.log, self.container.id)
+            raise
+
+    def _in_container(self, plan: Plan, decision: Decision, roots: Roots) -> None:
+        """Everything done inside the container's mount namespace: complete the decision
+        from the image (its lib dir, its loader), finalize the plan (pure), execute it; the
+        finalized plan and how the ld cache was updated are kept for the record."""
+        container = self.container
+        shared = execute.host_superblocks(self.host_mounts)
+        root_fd = execute.enter_container(container.pid, container.rootfs)
+        try:
+            final = finalize(plan, decision.in_image(root_fd))
+            if final.cuda_compat is not None and self.config["cuda"]["require"]:
+                self._check_cuda_requirements(final)
+            if not self.api.on_host:
+                self._open_sources(plan, decision, roots)
+            self.sources = execute.bind_sources(self.sources, final)
+            uid, gid = container.host_uid(0), container.host_gid(0)
+            writer = execute.ContainerWriter(root_fd, final.file_label, uid, gid, shared)
+            # What the runtime made from config.json (the precreate stage's) is not redone.
+            todo, trees = owned.left_to_do(final, self.sources, root_fd, container.runtime)
+            if len(trees) != len(self.sources) or len(todo.devices) != len(final.devices):
+                self._debug(
+                    f"made by the runtime: {len(self.sources) - len(trees)} mounts, "
+                    f"{len(final.devices) - len(todo.devices)} device nodes"
+                )
+            try:
+                execute.execute(writer, todo, trees, self.node_sources, self.api)
+                if final.ld_writer is not None and self.ldconfig_fd is not None:
+                    self.ld_cache = ldcache.update(
+                        writer,
+                        self.ldconfig_fd,
+                        root_fd,
+                        container.rootfs,
+                        final,
+                        self.config["ldconfig"]["path"],
+                        uid,
+                        gid,
+                        self._debug,
+                    )
+                self._debug(f"applied in {container.rootfs} (lib dir {final.lib_dir})")
+            except BaseException:
+                for failure in writer.rollback():
+                    self.log.error(f"{container.id}: rollback: {failure}")
+                raise
+            finally:
+                writer.close()
+            self.final = final
+        finally:
+            os.close(root_fd)
+
+    def _check_cuda_requirements(self, final: Plan) -> None:
+        """The image's NVIDIA_REQUIRE_* against the host driver (or the image's compat
+        libraries where the ld cache takes them): OcihookError when one fails. The
+        container's environment is read for this check only (cuda.py)."""
+        from ocihook.plan import cuda
+
+        settings = self.config["cuda"]
+        line = cuda.check(
+            self.container.env, final.cuda_compat, final.driver_version, settings["brand"]
+        )
+        if line:
+            self.log.info(f"{self.container.id}: warning: {line}")
+
+    def _close(self) -> None:
+        """Close the handles (once; the sources stay listed for the record)."""
+        if not self.closed:
+            self.closed = True
+            execute.close_trees(self.sources)
+            for fd in self.node_sources.values():
+                os.close(fd)
+            if self.ldconfig_fd is not None:
+                os.close(self.ldconfig_fd)
+
+
+def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:
+    """Revert the device cgroup edits; a failure is logged, never raised: the error that
+    made the hook roll back is the one the runtime shows."""
+    try:
+        grant.revert_device_edits(target, edits)
+    except Exception as error:
+        cause = describe(error) if isinstance(error, OSError) else str(error)
+        log.error(f"{container_id}: rollback: cgroup {target.version} {target.path}: {cause}")

@@ -1,0 +1,208 @@
+"""The precreate stage (podman's hooks.d extension, `ocihook-hook --stage precreate`): the
+proposed OCI config on stdin, before the runtime's `create`; the config on stdout, with the
+request's device nodes in `linux.devices`, their rules in `linux.resources.devices` and the
+driver's bind mounts in `mounts`. The runtime then creates, allows and records them itself:
+systemd gets them as `DeviceAllow=`, `runc update`/`crun update`, `podman exec` and
+`systemctl daemon-reload` keep them (docs/cgroups.md, Routes).
+
+The edit is rendered from the finalized plan's executor view (`plan.executor_view`, what
+the CDI spec is made of: ocihook/cdi/spec.py), nothing decided again; what the runtime
+cannot do (soname links, the ld cache, labels of what the hook creates) is left to the
+prestart stage, which skips what it finds config.json already has (ocihook/apply/owned.py).
+Each mount source is resolved by fd inside the source root and written as the canonical
+host path that fd names (docs/security.md, "The precreate route").
+
+No request: the input bytes go back unchanged (parsed once, never re-encoded).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ocihook import fastjson
+from ocihook.errors import OcihookError
+from ocihook.request.state import MAX_CONFIG_BYTES, parse_json, spec_container
+
+WHERE = "config on stdin (precreate)"
+
+
+def read_spec(data: bytes) -> dict:
+    """The proposed OCI config: a JSON object with a `root` object (one line otherwise)."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OcihookError(f"{WHERE}: larger than 16 MiB")
+    if not data.strip():
+        raise OcihookError(f"{WHERE}: empty (podman passes the proposed OCI config)")
+    spec = parse_json(data, WHERE)
+    if "status" in spec and "bundle" in spec:
+        raise OcihookError(
+            f"{WHERE}: this is a container state, not an OCI config: --stage precreate "
+            'belongs only in a registration whose stages are ["precreate"]'
+        )
+    if not isinstance(spec.get("root"), dict):
+        raise OcihookError(f"{WHERE}: missing field 'root' (not an OCI runtime config)")
+    return spec
+
+
+def run(data: bytes, spec: dict, config: dict, may_ask, container_request) -> bytes:
+    """The config to hand back: `data` (parsed: `spec`) itself when the container asks for
+    nothing, else the edited config. `may_ask` and `container_request` are the prestart
+    stage's own (hook.py): the same request, read the same way."""
+    if not may_ask({"annotations": spec.get("annotations")}, config):
+        return data
+    container = spec_container(spec)
+    try:
+        request = container_request(container, config)
+        if request.empty:
+            return data
+        edit = plan_edit(container, config, request)
+        return render(apply_edit(spec, edit))
+    except OcihookError as error:
+        # podman 4.3 drops a precreate hook's stderr and shows only "exit status 1": the
+        # config goes back unchanged, and the prestart stage, which builds the same plan
+        # from the same config, meets the same error and refuses the container with its
+        # line (runc shows it); should it succeed, it injects as on the prestart route.
+        from ocihook import records
+
+        log = records.Log(config["log"]["target"], config["log"]["debug"])
+        log.error(f"precreate: {error}; left to the prestart stage")
+        return data
+
+
+def plan_edit(container, config: dict, request) -> dict:
+    """The config edit for one container: the plan built, decided (target PRECREATE) and
+    finalized for its image as the prestart stage will finalize it, then rendered from the
+    executor view with each mount's fd-resolved source."""
+    from ocihook import records
+    from ocihook.apply import execute
+    from ocihook.apply.inject import check_source_labels
+    from ocihook.discover.build import build_plan
+    from ocihook.discover.roots import Roots, in_root
+    from ocihook.linux import securepath
+    from ocihook.plan.decide import PRECREATE, Target, decide
+    from ocihook.plan.model import executor_view, finalize
+
+    log = records.Log(config["log"]["target"], config["log"]["debug"])
+    target = Target(PRECREATE, container.userns, container.mount_label, None, True, False)
+    with Roots(config["source_root"], config["device_root"]) as roots:
+        plan = build_plan(config, roots, request)
+        decision = decide(config, target, plan)
+        try:
+            root_fd = securepath.open_dir(container.rootfs)
+        except OSError as error:
+            raise OcihookError(f"rootfs {container.rootfs}: {error.strerror}") from None
+        try:
+            final = finalize(plan, decision.in_image(root_fd))
+        finally:
+            os.close(root_fd)
+        trees = execute.open_sources(final, roots.source_real, roots.source_fd)
+        try:
+            if decision.file_label:
+                check_source_labels(trees, config, log, roots.source_real, container.process_label)
+            sources = []
+            for tree in trees:
+                real = os.readlink(securepath.fd_path(tree.fd))
+                in_root(roots.source_real, real)  # raises when it left the root
+                sources.append(real)
+        finally:
+            execute.close_trees(trees)
+    edit = config_edit(executor_view(final), sources)
+    log.info(
+        f"precreate: {len(edit['mounts'])} mounts, {len(edit['devices'])} device nodes, "
+        f"{len(edit['rules'])} device rules for the runtime (profile {final.profile}, "
+        f"request {final.request}, source {final.source_root})"
+    )
+    return edit
+
+
+def config_edit(view: dict, sources: list[str]) -> dict:
+    """The OCI config entries for a finalized plan's executor view (`plan.executor_view`):
+    its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
+    with the CDI spec's options, its mknod nodes as `linux.devices`, and every node's rule."""
+    from ocihook.cdi.spec import _mount
+
+    if len(sources) != len(view["mounts"]):
+        raise RuntimeError(f"{len(sources)} sources for {len(view['mounts'])} mounts")
+    mounts = []
+    for m, source in zip(view["mounts"], sources):
+        cdi = _mount(m)
+        mounts.append(
+            {
+                "destination": cdi["containerPath"],
+                "type": "bind",
+                "source": source,
+                "options": cdi["options"],
+            }
+        )
+    devices = [
+        {
+            "path": d["path"],
+            "type": d["type"],
+            "major": d["major"],
+            "minor": d["minor"],
+            "fileMode": d["mode"],
+            "uid": 0,
+            "gid": 0,
+        }
+        for d in view["devices"]
+        if d["strategy"] == "mknod"  # a user namespace: the prestart stage binds the node
+    ]
+    rules = [
+        {
+            "allow": True,
+            "type": r["type"],
+            "major": r["major"],
+            "minor": r["minor"],
+            "access": r["access"],
+        }
+        for r in view["cgroup_rules"]
+    ]
+    return {"mounts": mounts, "devices": devices, "rules": rules}
+
+
+def apply_edit(spec: dict, edit: dict) -> dict:
+    """`spec` with the edit's entries appended (every other field kept as it came): a mount
+    or node the config already has is not added twice; a node path the config already has
+    for another device refuses the container."""
+    linux = spec.setdefault("linux", {})
+    if not isinstance(linux, dict):
+        raise OcihookError(f"{WHERE}: field 'linux' must be an object")
+    mounts = _list(spec, "mounts", "mounts")
+    have = {(m.get("destination"), m.get("source")) for m in mounts if isinstance(m, dict)}
+    for m in edit["mounts"]:
+        if (m["destination"], m["source"]) not in have:
+            mounts.append(m)
+    devices = _list(linux, "devices", "linux.devices")
+    by_path = {d.get("path"): d for d in devices if isinstance(d, dict)}
+    for d in edit["devices"]:
+        old = by_path.get(d["path"])
+        if old is None:
+            devices.append(d)
+        elif (old.get("type"), old.get("major"), old.get("minor")) != (
+            d["type"],
+            d["major"],
+            d["minor"],
+        ):
+            raise OcihookError(
+                f"{WHERE}: linux.devices has {d['path']} as another device "
+                f"({old.get('type')} {old.get('major')}:{old.get('minor')}) than the driver's "
+                f"({d['type']} {d['major']}:{d['minor']})"
+            )
+    resources = linux.setdefault("resources", {})
+    if not isinstance(resources, dict):
+        raise OcihookError(f"{WHERE}: field 'linux.resources' must be an object")
+    rules = _list(resources, "devices", "linux.resources.devices")
+    rules.extend(r for r in edit["rules"] if r not in rules)
+    return spec
+
+
+def _list(obj: dict, key: str, where: str) -> list:
+    value = obj.get(key)
+    if value is None:
+        value = obj[key] = []
+    if not isinstance(value, list):
+        raise OcihookError(f"{WHERE}: field '{where}' must be an array")
+    return value
+
+
+def render(spec: dict) -> bytes:
+    return fastjson.dumps(spec, indent=0).replace("\n", "").encode() + b"\n"

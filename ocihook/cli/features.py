@@ -1,0 +1,214 @@
+"""`ocihook features`: node labels for Node Feature Discovery (NFD), as a features.d file.
+
+NFD's `local` feature source reads /etc/kubernetes/node-feature-discovery/features.d/*:
+`<namespace>/<name>=<value>` lines, `#` comments, a `# +expiry-time=RFC3339` directive after
+which the lines expire, dot files ignored. Names and values follow Kubernetes label rules
+(name <= 63 of [A-Za-z0-9_.-], alphanumeric at both ends; value the same or empty; the
+namespace a DNS subdomain). The file is written through a dot file and a rename, so NFD
+reads the old labels or the new ones; with `--interval` it is rewritten on a timer and the
+expiry makes the labels vanish when the writer (the DaemonSet) is gone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import click
+
+from ocihook.cli.commands import config_option
+from ocihook.cli.output import emit_json, exit_after_report, json_option, usage_error
+from ocihook.errors import EXIT_FAILURE, OcihookError
+
+DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/ocihook"
+DEFAULT_PREFIX = "ocihook.io"
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+PREFIX_RE = re.compile(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+def label_value(text: str) -> str:
+    """`text` as a valid label value: other characters become '_', at most 63, alphanumeric
+    at both ends (empty when nothing is left)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def check_problem(config_path: str, hooks_dirs: tuple[str, ...]) -> str | None:
+    """None when `ocihook check` (the same command a person runs) passes, else why not: its
+    first FAILED line."""
+    args = [sys.executable, "-m", "ocihook.cli.main", "check", "--json", "--config", config_path]
+    for directory in hooks_dirs:
+        args += ["--hooks-dir", directory]
+    # The same ocihook as this one, wherever it was imported from (an installer's lib dir).
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run(args, capture_output=True, timeout=120, env=env)
+    if result.returncode == 0:
+        return None
+    try:
+        report = json.loads(result.stdout)
+        failed = [f["message"] for f in report.get("findings", ()) if f["status"] == "failed"]
+        error = report.get("error")
+    except (ValueError, AttributeError, KeyError, TypeError):
+        failed, error = [], None
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"ocihook check: {failed[0]}{more}"
+    return f"ocihook check exited {result.returncode}: {error or 'no report'}"
+
+
+def collect(
+    config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str
+) -> tuple[dict[str, str], str | None]:
+    """The node's labels (names without the prefix): profile, devices, driver-version,
+    selinux, ready; and why the node is not ready (None when it is)."""
+    from ocihook.selinux.status import selinux_mode
+
+    labels: dict[str, str] = {}
+    problem = None
+    try:
+        from ocihook.config.compiled import compile_config
+        from ocihook.discover.build import build_plan
+        from ocihook.discover.devices import available_devices
+        from ocihook.discover.roots import Roots
+        from ocihook.request.parse import parse_request
+
+        config, _ = compile_config(config_path)
+        profile = config["profile"]
+        labels["profile"] = label_value(profile["name"])
+        with Roots(config["source_root"], config["device_root"]) as roots:
+            labels["devices"] = str(len(available_devices(roots, profile["devices"])))
+            plan = build_plan(config, roots, parse_request("all", "features"))
+        if plan.driver_version:
+            labels["driver-version"] = label_value(plan.driver_version)
+    except OcihookError as error:
+        problem = str(error)  # the first thing that went wrong, if `check` fails too
+    labels["selinux"] = selinux_mode(selinuxfs)
+    check = check_problem(config_path, hooks_dirs)
+    labels["ready"] = "false" if check else "true"
+    return labels, (problem or check) if check else None
+
+
+def prefixed(labels: dict[str, str], prefix: str) -> dict[str, str]:
+    """The labels as NFD names them (`<prefix>/<name>`), each checked against Kubernetes'
+    label rules."""
+    if not PREFIX_RE.match(prefix) or len(prefix) > 253:
+        raise OcihookError(f"--prefix {prefix!r}: must be a DNS subdomain such as ocihook.io")
+    for name, value in labels.items():
+        if not NAME_RE.match(name) or not VALUE_RE.match(value):
+            raise OcihookError(f"label {name}={value!r} is not a valid Kubernetes label")
+    return {f"{prefix}/{name}": value for name, value in labels.items()}
+
+
+def render(labels: dict[str, str], prefix: str, expiry_seconds: int, now: float) -> str:
+    """The features.d file: the expiry directive, then one `<prefix>/<name>=<value>` a line."""
+    named = prefixed(labels, prefix)
+    expires = datetime.datetime.fromtimestamp(now + expiry_seconds, datetime.timezone.utc)
+    lines = [
+        "# Written by `ocihook features`; rewritten on a timer by the ocihook DaemonSet.",
+        f"# +expiry-time={expires.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+    ]
+    lines += [f"{name}={value}" for name, value in named.items()]
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@config_option
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    help=f"The features.d file to write atomically; '-' prints it.  [default: {DEFAULT_OUTPUT}]",
+)
+@click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Label namespace.")
+@click.option(
+    "--hooks-dir",
+    "hooks_dirs",
+    multiple=True,
+    help="hooks.d dir that `ocihook check` inspects (repeatable; default: its own).",
+)
+@click.option(
+    "--interval",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Rewrite the file every SECONDS until stopped (SIGTERM); 0: once.",
+)
+@click.option(
+    "--expiry",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Seconds until NFD ignores the labels [3 x interval, or 3600 when run once].",
+)
+@json_option(
+    help='Print the labels as JSON ({"labels": {NAME: VALUE}, "ready": BOOL, "reason": WHY or '
+    "null}) instead of writing the features.d file (not with --output or --interval)."
+)
+@click.option("--selinuxfs", default="/sys/fs/selinux", hidden=True)
+def features(
+    config_path: str,
+    output: str | None,
+    prefix: str,
+    hooks_dirs: tuple[str, ...],
+    interval: int,
+    expiry: int | None,
+    as_json: bool,
+    selinuxfs: str,
+) -> None:
+    """Write the node's labels for Node Feature Discovery (local source, features.d).
+
+    Labels, under PREFIX (ocihook.io): profile, devices (how many the device root has),
+    driver-version, selinux (enforcing, permissive, disabled) and ready (true when
+    `ocihook check` passes). Example: ocihook.io/profile=nvidia, ocihook.io/devices=4,
+    ocihook.io/ready=true. The `# +expiry-time=` line makes NFD drop the labels when the
+    file is no longer refreshed. A node that is not ready gets ready=false all the same,
+    one line on stderr saying why, and exit status 1.
+    """
+    if as_json and (output is not None or interval):
+        given = "--output" if output is not None else "--interval"
+        raise usage_error(f"--json prints the labels: not with {given}")
+    prefixed({}, prefix)  # a bad --prefix fails before anything is looked at
+    if as_json:
+        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        ready = labels["ready"] == "true"
+        emit_json({"labels": prefixed(labels, prefix), "ready": ready, "reason": reason})
+        if reason:
+            exit_after_report(EXIT_FAILURE, f"not ready: {reason}")
+        return
+    output = output or DEFAULT_OUTPUT
+    expiry = expiry or (3 * interval if interval else 3600)
+    stop = []
+    said = None
+    if interval:
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    while True:
+        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        text = render(labels, prefix, expiry, time.time())
+        if output == "-":
+            click.echo(text, nl=False)
+        else:
+            from ocihook.linux.atomic import write_atomic
+
+            write_atomic(output, text)
+        if not interval:
+            if reason:
+                exit_after_report(EXIT_FAILURE, f"not ready: {reason}")
+            return
+        if reason and reason != said:  # on a timer: say it when it changes, go on
+            click.echo(f"ocihook: not ready: {reason}", err=True)
+        said = reason
+        deadline = time.monotonic() + interval
+        while not stop and time.monotonic() < deadline:
+            time.sleep(min(1.0, interval))
+        if stop:
+            return

@@ -1,0 +1,342 @@
+"""Ask NVML (NVIDIA's management library, `libnvidia-ml.so.1` of the driver) which GPUs and
+MIG devices the host has, in a forked child with a time limit.
+
+Loading the driver's library into the hook process would run the driver's code as host
+root with every capability, and a ctypes call cannot be interrupted: a hung driver would
+hang the container start past any timeout. So the library is opened by fd inside the
+source root (the driver: trusted like the host's driver) by the caller, and loaded only in
+a child that first:
+
+- leaves its own process group (the parent kills the whole group at the time limit);
+- points stdin, stdout and stderr at /dev/null and closes every other fd but the library
+  and the answer pipe (no container, config or state fd reaches the driver's code);
+- drops every capability (effective, permitted, inheritable, ambient; the bounding set where
+  it may: a user running `ocihook plan` has no capability to drop there) and sets
+  no_new_privs, so that nothing it executes regains one; it keeps uid 0, which
+  opening the GPU's nodes (`/dev/nvidiactl`, `/dev/nvidia-caps/*`: root's, often 0600 or
+  0400) needs, but without CAP_DAC_OVERRIDE it may open only what root owns or anyone may;
+- no core dump (the driver's memory stays out of the crash handler's hands).
+
+The child writes plain text lines, which the parent validates field by field (numbers in
+range, UUIDs in NVIDIA's form, a bounded size) before any of it is used:
+
+    gpu NVML_INDEX MINOR UUID|- MIG(0|1)
+    mig NVML_INDEX MIG_INDEX UUID|- GI CI
+    ok                                     (or: error TEXT)
+
+NVML calls used (the stand-in in tests/support/nvml_standin.c implements exactly these):
+nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetMinorNumber,
+nvmlDeviceGetUUID, nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetGpuInstanceId,
+nvmlDeviceGetComputeInstanceId, nvmlErrorString, nvmlShutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+from ocihook.errors import OcihookError
+from ocihook.request.names import GPU_PREFIX, MIG_PREFIX, uuid_name
+from ocihook.structs import Struct
+
+MAX_ANSWER = 1 << 16
+MAX_GPUS = 64
+MAX_MIG = 64  # MIG devices per GPU (7 on an A100/H100; NVML's index bound)
+MAX_ID = 1 << 16
+UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND = 0, 3, 6
+NVML_DEVICE_MIG_ENABLE = 1
+
+
+class MigInfo(Struct):
+    """One MIG device as NVML names it: its index on its GPU, UUID, GPU and compute
+    instance ids."""
+
+    __slots__ = ("index", "uuid", "gi", "ci")
+    index: int
+    uuid: str | None
+    gi: int
+    ci: int
+
+
+class GpuInfo(Struct):
+    """One GPU as NVML names it: NVML's index, the minor of its /dev/nvidiaN, UUID, whether
+    MIG is enabled, and its MIG devices in NVML's order."""
+
+    __slots__ = ("index", "minor", "uuid", "mig_enabled", "mig")
+    index: int
+    minor: int
+    uuid: str | None
+    mig_enabled: bool
+    mig: list[MigInfo]
+
+
+def query(library_fd: int, timeout: float, where: str) -> list[GpuInfo]:
+    """The host's GPUs and MIG devices from the NVML library open at `library_fd` (`where`
+    names it in messages), asked in a sandboxed child that is killed after `timeout`
+    seconds; any failure is one OcihookError line."""
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(library_fd, write_end, read_end, devnull)
+        os.close(write_end)
+        write_end = -1
+        try:
+            os.setpgid(pid, pid)  # as the child does: whoever runs first
+        except OSError:
+            pass  # it already has (or has exited)
+        text, finished = _read_answer(read_end, pid, timeout)
+    finally:
+        os.close(read_end)
+        os.close(devnull)
+        if write_end >= 0:
+            os.close(write_end)
+    if not finished:
+        raise OcihookError(
+            f"NVML {where}: no answer within {timeout:g} s (the child was killed); "
+            "is the driver hung or a GPU initializing?"
+        )
+    return parse_answer(text, where)
+
+
+def _read_answer(fd: int, pid: int, timeout: float) -> tuple[bytes, bool]:
+    """The child's answer and whether it ended ("ok" or "error" line) in time; the child's
+    process group is killed and reaped either way."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    finished = False
+    try:
+        while len(data) <= MAX_ANSWER:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                finished = True  # EOF: the child is done (or died: parse_answer says)
+                break
+            data += chunk
+            last = data[:-1].rsplit(b"\n", 1)[-1]
+            if data.endswith(b"\n") and (last == b"ok" or last.startswith(b"error ")):
+                finished = True
+                break
+    finally:
+        _kill_and_reap(pid)
+    return data, finished
+
+
+def _kill_and_reap(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
+def parse_answer(text: bytes, where: str) -> list[GpuInfo]:
+    """The child's lines, validated; OcihookError on an error line or anything malformed."""
+
+    def bad(why: str) -> OcihookError:
+        return OcihookError(f"NVML {where}: malformed answer ({why})")
+
+    if len(text) > MAX_ANSWER:
+        raise bad("too long")
+    try:
+        lines = text.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        raise bad("not ASCII") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    gpus: dict[int, GpuInfo] = {}
+    for line in lines:
+        fields = line.split(" ")
+        if fields[0] == "error":
+            message = "".join(c for c in line[6:] if c.isprintable())[:200]
+            raise OcihookError(f"NVML {where}: {message}")
+        if fields[0] == "ok" and len(fields) == 1 and line is lines[-1]:
+            return list(gpus.values())
+        if fields[0] == "gpu" and len(fields) == 5:
+            index, minor = _number(fields[1], MAX_GPUS), _number(fields[2], 256)
+            uuid = _uuid(fields[3], GPU_PREFIX)
+            if None in (index, minor, uuid) or fields[4] not in ("0", "1") or index in gpus:
+                raise bad(f"line {line[:80]!r}")
+            gpus[index] = GpuInfo(index, minor, uuid or None, fields[4] == "1", [])
+        elif fields[0] == "mig" and len(fields) == 6:
+            gpu, mig = _number(fields[1], MAX_GPUS), _number(fields[2], MAX_MIG)
+            uuid = _uuid(fields[3], MIG_PREFIX)
+            gi, ci = _number(fields[4], MAX_ID), _number(fields[5], MAX_ID)
+            if None in (gpu, mig, uuid, gi, ci) or gpu not in gpus:
+                raise bad(f"line {line[:80]!r}")
+            gpus[gpu].mig.append(MigInfo(mig, uuid or None, gi, ci))
+        else:
+            raise bad(f"line {line[:80]!r}")
+    raise OcihookError(f"NVML {where}: the child ended without an answer (it crashed)")
+
+
+def _number(text: str, bound: int) -> int | None:
+    if 0 < len(text) <= 5 and text.isascii() and text.isdigit() and int(text) < bound:
+        return int(text)
+    return None
+
+
+def _uuid(text: str, prefix: str) -> str | None:
+    """The canonical UUID, "" for "-" (NVML had none), None when malformed."""
+    if text == "-":
+        return ""
+    return uuid_name(text, prefix) if text.startswith(prefix) else None
+
+
+# -- the child ------------------------------------------------------------------------------
+
+
+def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None:
+    """Sandbox this forked process, ask NVML, write the answer, exit (never returns)."""
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        os.close(read_end)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        _close_all_but((0, 1, 2, library_fd, write_end))
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        import errno
+
+        from ocihook.linux import privileges
+
+        try:
+            privileges.drop_bounding_set()
+        except OSError as error:  # no CAP_SETPCAP (`ocihook plan` as a user): none to drop
+            if error.errno != errno.EPERM:
+                raise
+        privileges.clear_capabilities()  # every set empty; no_new_privs: none comes back
+        lines = _ask(f"/proc/self/fd/{library_fd}")
+        code = 0
+    except BaseException as error:  # noqa: BLE001 - whatever happened is the answer
+        lines = [f"error {_describe(error)}"]
+    try:
+        os.write(write_end, ("\n".join(lines) + "\n").encode("ascii", "replace")[:MAX_ANSWER])
+    except BaseException:  # noqa: BLE001
+        code = 1
+    os._exit(code)
+
+
+def _close_all_but(keep: tuple[int, ...]) -> None:
+    """Close every fd of this process but `keep` (listed from /proc/self/fd: the limit may
+    be a million, and Python 3.9's closerange closes one by one)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 65536))
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own fd, already closed
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
+class _Nvml:
+    """The few NVML calls, each checked: a failure raises with NVML's own error string."""
+
+    def __init__(self, path: str) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as error:
+            raise RuntimeError(f"cannot load the library: {error}") from None
+        self.lib.nvmlErrorString.restype = ctypes.c_char_p
+
+    def call(self, name: str, *args: object, allow: tuple[int, ...] = ()) -> int:
+        try:
+            function = getattr(self.lib, name)
+        except AttributeError:
+            raise RuntimeError(f"the library has no {name}") from None
+        function.restype = self.ctypes.c_int
+        result = function(*args)
+        if result != NVML_SUCCESS and result not in allow:
+            text = self.lib.nvmlErrorString(result) or b"unknown error"
+            raise RuntimeError(f"{name} failed: {text.decode('ascii', 'replace')[:100]}")
+        return result
+
+    def uuid(self, handle: object) -> str:
+        buffer = self.ctypes.create_string_buffer(UUID_BUFFER)
+        self.call("nvmlDeviceGetUUID", handle, buffer, self.ctypes.c_uint(UUID_BUFFER))
+        text = buffer.value.decode("ascii", "replace")
+        return text if text.isprintable() and " " not in text and text else "-"
+
+
+def _ask(path: str) -> list[str]:
+    """NVML's GPUs and MIG devices as answer lines (in the child)."""
+    nvml = _Nvml(path)
+    c = nvml.ctypes
+    nvml.call("nvmlInit_v2")
+    lines = []
+    try:
+        count = c.c_uint()
+        nvml.call("nvmlDeviceGetCount_v2", c.byref(count))
+        for index in range(min(count.value, MAX_GPUS)):
+            handle = c.c_void_p()
+            nvml.call("nvmlDeviceGetHandleByIndex_v2", c.c_uint(index), c.byref(handle))
+            minor = c.c_uint()
+            nvml.call("nvmlDeviceGetMinorNumber", handle, c.byref(minor))
+            current, pending = c.c_uint(), c.c_uint()
+            mode = nvml.call(
+                "nvmlDeviceGetMigMode",
+                handle,
+                c.byref(current),
+                c.byref(pending),
+                allow=(NVML_ERROR_NOT_SUPPORTED,),
+            )
+            enabled = mode == NVML_SUCCESS and current.value == NVML_DEVICE_MIG_ENABLE
+            lines.append(f"gpu {index} {minor.value} {nvml.uuid(handle)} {int(enabled)}")
+            if enabled:
+                lines += _mig_lines(nvml, index, handle)
+    finally:
+        nvml.call("nvmlShutdown", allow=tuple(range(1, 1000)))
+    lines.append("ok")
+    return lines
+
+
+def _mig_lines(nvml: _Nvml, gpu: int, handle: object) -> list[str]:
+    c = nvml.ctypes
+    most = c.c_uint()
+    nvml.call("nvmlDeviceGetMaxMigDeviceCount", handle, c.byref(most))
+    lines = []
+    for index in range(min(most.value, MAX_MIG)):
+        mig = c.c_void_p()
+        found = nvml.call(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            handle,
+            c.c_uint(index),
+            c.byref(mig),
+            allow=(NVML_ERROR_NOT_FOUND,),
+        )
+        if found != NVML_SUCCESS:
+            continue  # no MIG device at this index
+        gi, ci = c.c_uint(), c.c_uint()
+        nvml.call("nvmlDeviceGetGpuInstanceId", mig, c.byref(gi))
+        nvml.call("nvmlDeviceGetComputeInstanceId", mig, c.byref(ci))
+        lines.append(f"mig {gpu} {index} {nvml.uuid(mig)} {gi.value} {ci.value}")
+    return lines

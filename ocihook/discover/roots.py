@@ -1,0 +1,203 @@
+"""The source and device roots, held by fd: every lookup of discovery (driver files,
+device nodes, sysfs) resolves inside them, so a driver volume's symlinks can only point
+inside that volume. `Roots` is opened once per plan (a context manager); its directory
+listings are read once and matched with `glob_match` (no `re` on the hot path)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ocihook.errors import OcihookError
+from ocihook.linux import securepath
+
+
+def is_glob(pattern: str) -> bool:
+    return "*" in pattern or "?" in pattern or "[" in pattern
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """fnmatch without `re` (its import costs ms at every container start): `*` and `?`;
+    patterns with `[...]` classes go to fnmatch."""
+    if "[" in pattern:
+        import fnmatch
+
+        return fnmatch.fnmatchcase(name, pattern)
+    if "?" not in pattern:  # stars only, the profiles' kind ("libfoo.so.*", "lib*-x.so.*")
+        if "*" not in pattern:
+            return name == pattern
+        head, *middle, tail = pattern.split("*")
+        end = len(name) - len(tail)
+        if end < len(head) or not name.startswith(head) or not name.endswith(tail):
+            return False
+        at = len(head)
+        for part in middle:  # leftmost fit of each part leaves the most room for the rest
+            at = name.find(part, at, end)
+            if at < 0:
+                return False
+            at += len(part)
+        return True
+    n = p = 0
+    star, mark = -1, 0
+    while n < len(name):
+        if p < len(pattern) and pattern[p] in ("?", name[n]):
+            n += 1
+            p += 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star, mark = p, n
+            p += 1
+        elif star >= 0:
+            p = star + 1
+            mark += 1
+            n = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+class Roots:
+    """O_PATH fds of the source and device roots, opened once (a context manager)."""
+
+    def __init__(self, source_root: str, device_root: str) -> None:
+        self.source_root = source_root
+        self.device_root = device_root
+        self.source_fd = _open_root(source_root, "source root")
+        try:
+            self.device_fd = (
+                self.source_fd
+                if device_root == source_root
+                else _open_root(device_root, "device root")
+            )
+        except OcihookError:
+            os.close(self.source_fd)
+            raise
+        # Canonical host paths of the roots, to turn kernel-resolved paths back into in-root ones.
+        self.source_real = os.readlink(securepath.fd_path(self.source_fd))
+        self.device_real = os.readlink(securepath.fd_path(self.device_fd))
+        self._listings: dict[tuple[int, str], Listing] = {}
+
+    def listing(self, root_fd: int, path: str) -> Listing:
+        """The directory `path` of the root `root_fd`, listed once per plan."""
+        key = (root_fd, path)
+        if key not in self._listings:
+            self._listings[key] = Listing(root_fd, path)
+        return self._listings[key]
+
+    def close(self) -> None:
+        for listing in self._listings.values():
+            listing.close()
+        self._listings.clear()
+        if self.device_fd != self.source_fd:
+            os.close(self.device_fd)
+        os.close(self.source_fd)
+
+    def __enter__(self) -> Roots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_root(path: str, what: str) -> int:
+    try:
+        return securepath.open_dir(path)
+    except OSError as error:
+        raise OcihookError(f"{what} {path}: {error.strerror}") from None
+
+
+def host_path(root: str, inner: str) -> str:
+    return inner if root == "/" else root.rstrip("/") + inner
+
+
+class Listing:
+    """One directory of the source root, listed once: name -> lstat result. Its fd stays
+    open (Roots closes it) for reading the links in it."""
+
+    def __init__(self, root_fd: int, path: str) -> None:
+        self.path = path
+        self.entries: dict[str, os.stat_result] = {}
+        self.fd = -1
+        self.real = ""  # the directory's canonical host path
+        try:
+            fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    self.entries[entry.name] = entry.stat(follow_symlinks=False)
+            self.real = os.readlink(securepath.fd_path(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def sibling_file(self, name: str) -> str | None:
+        """For a symlink `name` here whose target is a plain name of a regular file in this
+        same directory (a soname link): that file's canonical host path, known from the
+        listing without resolving anything; else None (resolve it inside the root)."""
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            return None
+        st = self.entries.get(target)
+        if "/" in target or st is None or not stat.S_ISREG(st.st_mode):
+            return None
+        return f"{self.real}/{target}"
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def match(self, pattern: str) -> list[str]:
+        if not is_glob(pattern):
+            return [pattern] if pattern in self.entries else []
+        return sorted(name for name in self.entries if glob_match(name, pattern))
+
+
+def resolve_final(root_fd: int, path: str) -> tuple[str, os.stat_result] | None:
+    """Resolve `path` in the root; (resolved in-root path, stat) or None if missing."""
+    try:
+        fd = securepath.resolve(root_fd, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OcihookError(f"source {path}: {error.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        resolved = os.readlink(securepath.fd_path(fd))
+    finally:
+        os.close(fd)
+    return resolved, st
+
+
+def in_root(root: str, resolved_host_path: str) -> str:
+    """The in-root path of a host path that the kernel resolved inside `root`."""
+    if root == "/":
+        return resolved_host_path
+    prefix = root.rstrip("/")
+    if resolved_host_path == prefix:
+        return "/"
+    if not resolved_host_path.startswith(prefix + "/"):
+        raise OcihookError(f"source {resolved_host_path}: resolved outside the source root")
+    return resolved_host_path[len(prefix) :]
+
+
+def read_small_file(roots: Roots, path: str, limit: int) -> str | None:
+    """At most `limit` bytes of a small text file under the device root (by fd, in-root,
+    non-blocking), or None when it is missing; any other failure is one line."""
+    try:
+        fd = securepath.resolve(roots.device_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
+    try:
+        return os.read(fd, limit).decode("ascii", "replace")
+    except OSError as error:
+        raise OcihookError(f"{host_path(roots.device_root, path)}: {error.strerror}") from None
+    finally:
+        os.close(fd)

@@ -1,0 +1,318 @@
+"""Read a host's (or driver volume's) /etc/ld.so.cache: which directory holds which soname.
+
+Parses glibc's binary format itself (nothing is executed on the file): the current
+"glibc-ld.so.cache1.1" format, alone or after the old "ld.so-1.7.0" table (ldconfig -c
+compat), and the old format alone. The file comes from the source root, which may be a
+driver container's volume: it is read through an fd resolved inside that root, bounded in
+size, and every offset is checked.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+import sys
+
+from ocihook.errors import OcihookError
+from ocihook.linux import securepath
+
+OLD_MAGIC = b"ld.so-1.7.0"
+NEW_MAGIC = b"glibc-ld.so.cache1.1"
+MAX_BYTES = 64 << 20
+_OLD_HEADER = struct.Struct("=12sI")  # magic[11] + padding, nlibs
+_OLD_ENTRY = struct.Struct("=iII")  # flags, key, value
+_NEW_HEADER = struct.Struct("=20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext
+_NEW_ENTRY = struct.Struct("=iIIIQ")  # flags, key, value, osversion, hwcap
+
+# An entry's flags (glibc's elf/ldconfig.h): the library type in the low byte, the arch
+# bits in the high one. The one home of these values (ldnative.py writes them too).
+FLAG_ELF = 0x0001
+FLAG_ELF_LIBC6 = 0x0003
+FLAG_TYPE_MASK = 0x00FF
+FLAG_ARCH_MASK = 0xFF00
+FLAG_X8664_LIB64 = 0x0300
+FLAG_S390_LIB64 = 0x0400
+FLAG_POWERPC_LIB64 = 0x0500
+FLAG_X8664_LIBX32 = 0x0800
+FLAG_ARM_LIBHF = 0x0900
+FLAG_AARCH64_LIB64 = 0x0A00
+# The arch bits ldconfig gives this machine's 64-bit libraries, and its 32-bit compat ones.
+_ARCH_FLAGS = {
+    "x86_64": (FLAG_X8664_LIB64, 0x0000),
+    "aarch64": (FLAG_AARCH64_LIB64, FLAG_ARM_LIBHF),
+    "ppc64le": (FLAG_POWERPC_LIB64, None),
+    "s390x": (FLAG_S390_LIB64, None),
+}
+
+Entry = tuple  # (soname: str, path: str, flags: int)
+
+
+def arch_flags(machine: str | None = None) -> tuple[int, int | None]:
+    """(64-bit flags, 32-bit flags or None) for `machine` (default: this one)."""
+    return _ARCH_FLAGS.get(machine or os.uname().machine, (FLAG_X8664_LIB64, 0x0000))
+
+
+def _new_table_at(data: bytes) -> int | None:
+    """Where the table of the new format starts: 0 (a file of the new format), after the
+    old table (the compat layout of `ldconfig -c compat`), or None (the old format alone).
+    ValueError: not an ld.so.cache, or the old table is cut short."""
+    if data.startswith(NEW_MAGIC):
+        return 0
+    if not data.startswith(OLD_MAGIC):
+        raise ValueError("not an ld.so.cache (unknown magic)")
+    if len(data) < _OLD_HEADER.size:
+        raise ValueError("truncated")
+    nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
+    if nlibs > (len(data) - _OLD_HEADER.size) // _OLD_ENTRY.size:
+        raise ValueError("truncated")
+    # The new table follows, aligned like struct cache_file_new.
+    new_at = (_OLD_HEADER.size + nlibs * _OLD_ENTRY.size + 7) & ~7
+    return new_at if data.startswith(NEW_MAGIC, new_at) else None
+
+
+def parse(data: bytes, what: str = "ld.so.cache") -> list[Entry]:
+    """Entries in the cache's order (the dynamic linker's preference order)."""
+    try:
+        new_at = _new_table_at(data)
+    except ValueError as error:
+        raise OcihookError(f"{what}: {error}") from None
+    if new_at is not None:
+        return _parse_new(data, new_at, what)
+    end = _OLD_HEADER.size + _OLD_HEADER.unpack_from(data, 0)[1] * _OLD_ENTRY.size
+    return [
+        (_string(data, end + key, what), _string(data, end + value, what), flags)
+        for flags, key, value in _OLD_ENTRY.iter_unpack(data[_OLD_HEADER.size : end])
+    ]
+
+
+def _parse_new(data: bytes, base: int, what: str) -> list[Entry]:
+    if len(data) < base + _NEW_HEADER.size:
+        raise OcihookError(f"{what}: truncated")
+    nlibs = _NEW_HEADER.unpack_from(data, base)[1]
+    start = base + _NEW_HEADER.size
+    end = start + nlibs * _NEW_ENTRY.size
+    if end > len(data):
+        raise OcihookError(f"{what}: truncated")
+    # String offsets of the new format are relative to its header.
+    return [
+        (_string(data, base + key, what), _string(data, base + value, what), flags)
+        for flags, key, value, _, _ in _NEW_ENTRY.iter_unpack(data[start:end])
+    ]
+
+
+def _string(data: bytes, offset: int, what: str) -> str:
+    stop = data.find(b"\0", offset)
+    if offset >= len(data) or stop < 0:
+        raise OcihookError(f"{what}: string offset {offset} outside the file")
+    return data[offset:stop].decode("utf-8", "surrogateescape")
+
+
+def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
+    """The entries of the cache at `path` inside the root `root_fd`; None if there is none."""
+    try:
+        # O_NONBLOCK: a FIFO planted in a driver volume must not hang the hook.
+        fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OcihookError(f"{what}: {error.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OcihookError(f"{what}: not a regular file")
+        size = st.st_size
+        if size > MAX_BYTES:
+            raise OcihookError(f"{what}: larger than {MAX_BYTES >> 20} MiB")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > MAX_BYTES:
+                raise OcihookError(f"{what}: larger than {MAX_BYTES >> 20} MiB")
+    except OSError as error:
+        raise OcihookError(f"{what}: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    return parse(b"".join(chunks), what)
+
+
+def is_arch(flags: int, arch: int) -> bool:
+    """Whether an entry's flags say: a glibc ELF library of the arch bits `arch`."""
+    return flags & FLAG_TYPE_MASK == FLAG_ELF_LIBC6 and flags & FLAG_ARCH_MASK == arch
+
+
+class Index:
+    """Entries of one arch, grouped by the name before ".so" for quick lookups by pattern."""
+
+    def __init__(self, entries: list[Entry], arch: int) -> None:
+        self.by_stem: dict[str, list[tuple[str, str]]] = {}
+        self.all: list[tuple[str, str]] = []
+        for soname, path, flags in entries:
+            if is_arch(flags, arch):
+                item = (soname, path)
+                self.all.append(item)
+                self.by_stem.setdefault(soname.split(".so", 1)[0], []).append(item)
+
+    def candidates(self, pattern: str) -> list[tuple[str, str]]:
+        """(soname, path) entries that may match `pattern` (the caller matches exactly)."""
+        stem = pattern.split(".so", 1)[0]
+        if "*" in stem or "?" in stem or "[" in stem:
+            return self.all
+        return self.by_stem.get(stem, [])
+
+
+# -- merging into and writing the new format (the native ld cache writer) ---------------------
+
+ENDIAN_MASK = 3
+ENDIAN_LITTLE = 2  # what glibc >= 2.33 writes in the header's flags on little-endian hosts
+EXT_MAGIC = 0xEAA42174
+EXT_TAG_GENERATOR = 0
+HWCAP_EXTENSION = 1 << 62  # a glibc-hwcaps entry (its hwcap's low bits index a subdir)
+_EXT_HEADER = struct.Struct("=II")  # magic, count
+_EXT_SECTION = struct.Struct("=IIII")  # tag, flags, offset, size
+_MAX_DIGITS = 1 << 31  # glibc compares digit runs as C ints: larger values would wrap
+
+FullEntry = tuple  # (key: bytes, value: bytes, flags: int, osversion: int)
+
+
+class NotExact(Exception):
+    """The cache cannot be carried over faithfully; the message says why."""
+
+
+def parse_for_merge(data: bytes) -> list[FullEntry]:
+    """Every entry of a cache in the new format (new-only, or hidden in the old one), in
+    file order, for writing back; NotExact when something would not survive that.
+
+    Refused: old-format-only caches, another byte order, hwcap entries (glibc-hwcaps or
+    legacy), extension sections other than the generator string, names that are not
+    ASCII (glibc orders them by C `char`, whose sign differs by architecture), digit runs
+    past a C int, any offset outside the file."""
+    try:
+        base = _new_table_at(data)
+    except ValueError as error:
+        raise NotExact(str(error)) from None
+    if base is None:
+        raise NotExact("old format only")
+    if len(data) < base + _NEW_HEADER.size:
+        raise NotExact("truncated")
+    _, nlibs, _, flags, ext_offset = _NEW_HEADER.unpack_from(data, base)
+    if flags & ENDIAN_MASK not in (0, ENDIAN_LITTLE):
+        raise NotExact(f"byte order flag {flags & ENDIAN_MASK}")
+    start = base + _NEW_HEADER.size
+    if nlibs > (len(data) - start) // _NEW_ENTRY.size:
+        raise NotExact(f"{nlibs} entries do not fit in {len(data)} bytes")
+    if ext_offset:
+        _check_extensions(data, ext_offset)
+    entries = []
+    for flags, key, value, osversion, hwcap in _NEW_ENTRY.iter_unpack(
+        data[start : start + nlibs * _NEW_ENTRY.size]
+    ):
+        if hwcap:
+            what = "glibc-hwcaps" if hwcap & HWCAP_EXTENSION else "hwcap"
+            raise NotExact(f"{what} entries")
+        entries.append((_cstring(data, base + key), _cstring(data, base + value), flags, osversion))
+    return entries
+
+
+def _check_extensions(data: bytes, offset: int) -> None:
+    if offset % 4 or offset + _EXT_HEADER.size > len(data):
+        raise NotExact("extension directory outside the file")
+    magic, count = _EXT_HEADER.unpack_from(data, offset)
+    if magic != EXT_MAGIC:
+        raise NotExact("extension directory with a wrong magic")
+    if count > (len(data) - offset - _EXT_HEADER.size) // _EXT_SECTION.size:
+        raise NotExact("extension directory outside the file")
+    for i in range(count):
+        tag, _, where, size = _EXT_SECTION.unpack_from(
+            data, offset + _EXT_HEADER.size + i * _EXT_SECTION.size
+        )
+        if where + size > len(data):
+            raise NotExact("extension section outside the file")
+        if tag != EXT_TAG_GENERATOR:  # the generator string is informative: ours replaces it
+            raise NotExact(f"extension section {tag}")
+
+
+def _cstring(data: bytes, offset: int) -> bytes:
+    stop = data.find(b"\0", offset)
+    if offset >= len(data) or stop < 0:
+        raise NotExact(f"string offset {offset} outside the file")
+    text = data[offset:stop]
+    if not text.isascii():
+        raise NotExact("a name that is not ASCII")
+    return text
+
+
+_DIGITS_TO_NUL = bytes.maketrans(b"0123456789", bytes(10))
+
+
+def libcmp_key(name: bytes) -> tuple:
+    """A key that orders ASCII names as glibc's `_dl_cache_libcmp`: runs of digits compare
+    as numbers and above any other character, other characters by value, the end of the
+    name as a character of value 0. Each run of other characters becomes one bytes item
+    ending in b"\\xff" (a digit run follows) or b"\\0" (the name ends), each digit run an int."""
+    marked = name.translate(_DIGITS_TO_NUL)  # digits -> NUL (a name holds no NUL)
+    key: list = []
+    pos = 0
+    while True:
+        digit = marked.find(0, pos)
+        if digit < 0:
+            key.append(name[pos:] + b"\0")
+            return tuple(key)
+        key.append(name[pos:digit] + b"\xff")
+        pos = len(marked) - len(marked[digit:].lstrip(b"\0"))
+        value = int(name[digit:pos])
+        if value >= _MAX_DIGITS:
+            raise NotExact(f"digit run {name[digit:pos].decode()} past a C int")
+        key.append(value)
+
+
+def sort_entries(entries: list[FullEntry]) -> list[FullEntry]:
+    """In the order glibc's ldconfig writes (elf/cache.c `compare`), which ld.so's binary
+    search relies on: names descending by `_dl_cache_libcmp`, then flags and osversion
+    descending; entries equal in all three keep their order (the earlier one wins)."""
+    return sorted(entries, key=lambda e: (libcmp_key(e[0]), e[2], e[3]), reverse=True)
+
+
+def write_new(entries: list[FullEntry], generator: bytes = b"") -> bytes:
+    """A cache in the new format only ("glibc-ld.so.cache1.1", little-endian flag set, as
+    glibc >= 2.33's ldconfig writes it by default) holding `entries` in the given order,
+    with `generator` as its generator extension (none when empty)."""
+    if sys.byteorder != "little":
+        raise NotExact("big-endian host")
+    base = _NEW_HEADER.size + len(entries) * _NEW_ENTRY.size
+    strings = bytearray()
+    offsets: dict[bytes, int] = {}
+
+    def intern(text: bytes) -> int:
+        at = offsets.get(text)
+        if at is None:
+            at = offsets[text] = base + len(strings)
+            strings.extend(text + b"\0")
+        return at
+
+    table = bytearray()
+    for key, value, flags, osversion in entries:
+        value_at = intern(value)
+        # The key is usually the value's last component: share its bytes (ldconfig does too).
+        if value.endswith(b"/" + key):
+            key_at = value_at + len(value) - len(key)
+        else:
+            key_at = intern(key)
+        table += _NEW_ENTRY.pack(flags, key_at, value_at, osversion, 0)
+    ext_offset = 0
+    tail = b""
+    if generator:
+        end = base + len(strings)
+        ext_offset = (end + 3) & ~3
+        section_at = ext_offset + _EXT_HEADER.size + _EXT_SECTION.size
+        tail = (
+            bytes(ext_offset - end)
+            + _EXT_HEADER.pack(EXT_MAGIC, 1)
+            + _EXT_SECTION.pack(EXT_TAG_GENERATOR, 0, section_at, len(generator))
+            + generator
+        )
+    header = _NEW_HEADER.pack(NEW_MAGIC, len(entries), len(strings), ENDIAN_LITTLE, ext_offset)
+    return header + bytes(table) + bytes(strings) + tail

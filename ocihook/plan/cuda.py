@@ -1,0 +1,334 @@
+"""CUDA images on an NVIDIA host: forward compatibility and the NVIDIA_REQUIRE_* check.
+
+Forward compatibility (NVIDIA's rule, nvidia-container-toolkit's enable-cuda-compat hook):
+the image's `<compat_dir>/libcuda.so.*.*` (exactly one regular file) names a driver
+version; when its major (the driver branch) is greater than the host driver's, the
+container's ld cache lists the compat dir first, else the host's libraries win. The image
+is hostile input: the dir is resolved inside its root by fd, listed with a bound, the
+library opened without following links or blocking (a FIFO, a device node) and only its
+ELF headers read (bounded; elf.py); nothing of it is mounted, loaded or run.
+
+The requirement check (libnvidia-container's and the toolkit's grammar,
+internal/requirements): every `NVIDIA_REQUIRE_*` of the container's environment but
+`NVIDIA_REQUIRE_JETPACK` (and `cuda>=M.m` from a legacy image's `CUDA_VERSION`) must hold;
+within one, space-separated terms are ORed and comma-separated constraints ANDed; a
+constraint is `PROPERTY OP VALUE` with OP one of != <= >= = < >, properties cuda, driver,
+arch and brand (others are skipped). The host's CUDA version comes from the driver
+version by NVIDIA's table (CUDA_BY_DRIVER); with the image's compat libraries in use, from
+theirs. `NVIDIA_DISABLE_REQUIRE` (Go's true spellings) skips it. The environment is read
+for this check only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ocihook.errors import OcihookError, describe
+from ocihook.ld import elf
+from ocihook.linux import securepath
+
+COMPAT_MODES = ("ldconfig", "hook", "disabled")  # NVIDIA's cuda-compat-mode, as supported
+MAX_DIR_ENTRIES = 4096
+MAX_LIBRARY_BYTES = 1 << 30
+MAX_REQUIREMENT = 4096  # characters of one NVIDIA_REQUIRE_* value
+MAX_REQUIREMENTS = 32  # NVIDIA_REQUIRE_* variables
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
+
+# The oldest Linux driver of each CUDA release (NVIDIA's CUDA Toolkit release notes, "CUDA
+# Toolkit and Corresponding Driver Versions"): a driver reports the CUDA version of the
+# newest release whose minimum it meets. Newest first.
+CUDA_BY_DRIVER = (
+    ((580, 65, 6), "13.0"),
+    ((575, 51, 3), "12.9"),
+    ((570, 26), "12.8"),
+    ((565, 57, 1), "12.7"),
+    ((560, 28, 3), "12.6"),
+    ((555, 42, 2), "12.5"),
+    ((550, 54, 14), "12.4"),
+    ((545, 23, 6), "12.3"),
+    ((535, 54, 3), "12.2"),
+    ((530, 30, 2), "12.1"),
+    ((525, 60, 13), "12.0"),
+    ((520, 61, 5), "11.8"),
+    ((515, 43, 4), "11.7"),
+    ((510, 39, 1), "11.6"),
+    ((495, 29, 5), "11.5"),
+    ((470, 42, 1), "11.4"),
+    ((465, 19, 1), "11.3"),
+    ((460, 27, 3), "11.2"),
+    ((455, 23), "11.1"),
+    ((450, 36, 6), "11.0"),
+    ((440, 33), "10.2"),
+    ((418, 39), "10.1"),
+    ((410, 48), "10.0"),
+    ((396, 26), "9.2"),
+    ((390, 46), "9.1"),
+    ((384, 81), "9.0"),
+    ((375, 26), "8.0"),
+)
+_OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
+_VERSION_PROPERTIES = ("cuda", "driver", "arch")
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """(major, minor, patch) of `470`, `12.2` or `535.104.05` (leading zeros as NVIDIA's
+    driver versions have them), zeros filled in; None: no such version."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    numbers = tuple(int(p) for p in parts)
+    return numbers + (0,) * (3 - len(numbers))
+
+
+def cuda_for_driver(driver_version: str | None) -> str | None:
+    """The CUDA version a driver supports (CUDA_BY_DRIVER); None when the table cannot tell
+    (no version, or a branch newer than its newest)."""
+    version = parse_version(driver_version or "")
+    if version is None or version[0] > CUDA_BY_DRIVER[0][0][0]:
+        return None
+    for minimum, cuda in CUDA_BY_DRIVER:
+        if version >= minimum + (0,) * (3 - len(minimum)):
+            return cuda
+    return None
+
+
+# Forward compatibility
+
+
+def _result(mode: str, directory: str, host: str | None, reason: str, **found) -> dict:
+    result = {
+        "mode": mode,
+        "dir": directory,
+        "use": False,
+        "library": None,
+        "version": None,
+        "host_version": host,
+        "reason": reason,
+    }
+    result.update(found)
+    return result
+
+
+def probe_compat(
+    root_fd: int, directory: str, base: str, mode: str, host_version: str | None
+) -> dict:
+    """The forward compatibility decision for the image whose root is `root_fd` (its
+    compat dir `directory`, library `base`, libcuda.so): a dict (mode, dir, use, library,
+    version, host_version, reason) for the plan (target.decide's pending one, decided)."""
+
+    def decided(reason: str, **found) -> dict:
+        return _result(mode, directory, host_version, reason, **found)
+
+    host = parse_version(host_version or "")
+    if host is None:
+        return decided(f"the host driver version is unknown ({host_version})")
+    try:
+        dir_fd = securepath.resolve(root_fd, directory, flags=_DIR_FLAGS)
+    except OSError as error:
+        return decided(f"{directory}: {describe(error)}")
+    try:
+        found = _compat_library(root_fd, dir_fd, directory, base)
+    finally:
+        os.close(dir_fd)
+    if isinstance(found, str):
+        return decided(found)
+    name, version = found
+    numbers = parse_version(version)
+    if numbers is None:
+        return decided(f"{name}: no driver version in its name")
+    if numbers[0] <= host[0]:
+        return decided(
+            f"{name} not newer than driver {host_version}", library=name, version=version
+        )
+    return decided(
+        f"{name} newer than driver {host_version}",
+        use=True,
+        library=name,
+        version=version,
+    )
+
+
+def _compat_library(root_fd: int, dir_fd: int, directory: str, base: str) -> tuple[str, str] | str:
+    """(file name, version) of the one compat library in the dir, or why there is none."""
+    prefix = base + "."
+    candidates = []
+    try:
+        with os.scandir(dir_fd) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_DIR_ENTRIES:
+                    return f"{directory}: more than {MAX_DIR_ENTRIES} entries"
+                rest = entry.name[len(prefix) :] if entry.name.startswith(prefix) else ""
+                if "." in rest:  # NVIDIA's glob: libcuda.so.*.*
+                    candidates.append(entry.name)
+    except OSError as error:
+        return f"{directory}: {describe(error)}"
+    if not candidates:
+        return f"no {prefix}*.* in {directory}"
+    regular = []
+    for name in sorted(candidates)[:16]:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            regular.append(name)
+    if len(regular) != 1:
+        what = ", ".join(sorted(candidates)[:4])
+        if not regular:
+            return f"{directory}: {what}: not a regular file"
+        return f"{directory}: {len(regular)} compat libraries ({what}): NVIDIA's rule takes one"
+    name = regular[0]
+    problem = _elf_problem(root_fd, dir_fd, directory, name, f"{base}.1")
+    if problem:
+        return f"{directory}/{name}: {problem}"
+    return name, name[len(prefix) :]
+
+
+def open_regular(dir_fd: int, name: str) -> int | str:
+    """`name` in the dir opened for reading when it is a regular file (an O_PATH fd,
+    not following a link, checked, then reopened: a FIFO or a device node is never
+    opened, whatever it is swapped for), or why not."""
+    try:
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        return describe(error)
+    try:
+        st = os.fstat(path_fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > MAX_LIBRARY_BYTES:
+            return f"larger than {MAX_LIBRARY_BYTES >> 30} GiB"
+        return os.open(securepath.fd_path(path_fd), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        return describe(error)
+    finally:
+        os.close(path_fd)
+
+
+def _elf_problem(root_fd: int, dir_fd: int, directory: str, name: str, soname: str):
+    """Why `name` (in the dir) is no 64-bit ELF shared library with DT_SONAME `soname`
+    whose soname link the dir has; None when it is one. Read by fd, headers only."""
+    fd = open_regular(dir_fd, name)
+    if isinstance(fd, str):
+        return fd
+    try:
+        found = elf.read_fd(fd)
+    finally:
+        os.close(fd)
+    if isinstance(found, str):
+        return found
+    if found.elfclass != elf.ELFCLASS64:
+        return "not a 64-bit library"
+    if found.soname != soname.encode():
+        return f"DT_SONAME {found.soname!r}, not {soname}"
+    try:  # the loader's path: the soname link, resolved inside the image's root
+        link = securepath.resolve(root_fd, f"{directory}/{soname}")
+    except OSError as error:
+        return f"{soname}: {describe(error)}"
+    try:
+        if not stat.S_ISREG(os.fstat(link).st_mode):
+            return f"{soname}: not a regular file"
+    finally:
+        os.close(link)
+    return None
+
+
+# The requirement check
+
+
+def requirements(env: dict[str, str]) -> list[tuple[str, str]]:
+    """(variable, expression) of each requirement in the container's environment, by
+    name; none with NVIDIA_DISABLE_REQUIRE true. Bounded: OcihookError past the limits."""
+    if env.get("NVIDIA_DISABLE_REQUIRE", "") in _TRUE:
+        return []
+    found = sorted(
+        (name, value)
+        for name, value in env.items()
+        if name.startswith("NVIDIA_REQUIRE_") and not name.startswith("NVIDIA_REQUIRE_JETPACK")
+    )
+    legacy = env.get("CUDA_VERSION", "")
+    if legacy and not env.get("NVIDIA_REQUIRE_CUDA"):
+        version = parse_version(legacy)
+        if version is None:
+            raise OcihookError(f"CUDA_VERSION {legacy!r:.40}: not a version")
+        found.append(("CUDA_VERSION", f"cuda>={version[0]}.{version[1]}"))
+    if len(found) > MAX_REQUIREMENTS:
+        raise OcihookError(f"more than {MAX_REQUIREMENTS} NVIDIA_REQUIRE_* variables")
+    for name, value in found:
+        if len(value) > MAX_REQUIREMENT:
+            raise OcihookError(f"{name}: longer than {MAX_REQUIREMENT} characters")
+    return found
+
+
+def _holds(constraint: str, properties: dict[str, str | None], where: str) -> bool | None:
+    """Whether one `PROPERTY OP VALUE` holds; None: a property this check does not know
+    (skipped, as NVIDIA's does). An unknown host value never satisfies."""
+    end = min((constraint.find(c) for c in "<>=!" if c in constraint), default=-1)
+    if end < 0:
+        raise OcihookError(f"{where}: invalid constraint {constraint!r:.60}")
+    name, rest = constraint[:end], constraint[end:]
+    if name not in properties:
+        return None
+    operator = next((o for o in _OPERATORS if rest.startswith(o)), None)
+    if operator is None:
+        raise OcihookError(f"{where}: invalid operator in {constraint!r:.60}")
+    value, have = rest[len(operator) :], properties[name]
+    if name in _VERSION_PROPERTIES:
+        wanted = parse_version(value)
+        if wanted is None:
+            raise OcihookError(f"{where}: {constraint!r:.60}: {value!r:.30} is no version")
+        if have is None:
+            return False
+        left, right = parse_version(have), wanted
+    else:
+        if have is None:
+            return False
+        left, right = have, value
+    return {
+        "!=": left != right,
+        "<=": left <= right,
+        ">=": left >= right,
+        "=": left == right,
+        "<": left < right,
+        ">": left > right,
+    }[operator]
+
+
+def satisfied(expression: str, properties: dict[str, str | None], where: str) -> bool:
+    """One requirement: terms split at spaces ORed, constraints split at commas ANDed;
+    an empty one (or one of unknown properties only) holds."""
+    terms = []
+    for term in expression.split(" "):
+        results = [_holds(c, properties, where) for c in term.split(",") if c.strip()]
+        known = [r for r in results if r is not None]
+        if known:
+            terms.append(all(known))
+    return not terms or any(terms)
+
+
+def check(env: dict[str, str], plan_compat: dict | None, driver: str | None, brand: str | None):
+    """Refuse (OcihookError, one line naming both versions) a container whose
+    requirements the host does not meet; returns a line for the log when the host's
+    CUDA version cannot be told (then nothing is checked), else None."""
+    found = requirements(env)
+    if not found:
+        return None
+    source = f"the host driver {driver}"
+    if plan_compat and plan_compat.get("use"):
+        source = f"the image's compat libraries {plan_compat['version']} (host driver {driver})"
+        cuda = cuda_for_driver(plan_compat["version"])
+    else:
+        cuda = cuda_for_driver(driver)
+    if cuda is None:
+        return f"NVIDIA_REQUIRE_*: not checked: the CUDA version of {source} is unknown"
+    properties = {"cuda": cuda, "driver": driver, "arch": None, "brand": brand}
+    for name, expression in found:
+        if not satisfied(expression, properties, name):
+            raise OcihookError(
+                f"the image requires {expression.strip()[:200]} ({name}), {source} supports "
+                f"CUDA {cuda}: update the driver, use an image of an older CUDA, or set "
+                "NVIDIA_DISABLE_REQUIRE=true"
+            )
+    return None
