@@ -79,6 +79,7 @@ LAYERS = {
     "discovery": {  # reads the host by fd, changes nothing
         "ocihook.discover.devices",
         "ocihook.discover.build",
+        "ocihook.pipeline",
         "ocihook.discover.gpudirect",
         "ocihook.check.hooksdirs",
         "ocihook.discover.imex",

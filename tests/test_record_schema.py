@@ -10,8 +10,8 @@ from ocihook import records
 from ocihook.apply.execute import SourceTree
 from ocihook.audit.records import Injected, container_from_dict
 from ocihook.cgroups.grant import DeviceEdit
-from ocihook.plan.decide import Decision
-from ocihook.plan.model import DeviceNode, DeviceRule, Link, Mount, Plan, finalize
+from ocihook.plan.decide import Decision, finalize
+from ocihook.plan.model import DeviceNode, DeviceRule, Link, Mount, Plan
 from ocihook.request.state import Container
 
 LABEL = "system_u:object_r:container_file_t:s0:c1,c2"

@@ -22,11 +22,12 @@ from ocihook.plan.decide import (
     Target,
     carried_decision,
     decide,
+    finalize,
     label_choice,
     lib_dir32_for,
     probe_lib_dir,
 )
-from ocihook.plan.model import DeviceNode, Link, Mount, Plan, finalize
+from ocihook.plan.model import DeviceNode, Link, Mount, Plan
 
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
 

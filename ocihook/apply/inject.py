@@ -15,14 +15,14 @@ import time
 from ocihook import records as record
 from ocihook.apply import execute, ldcache, owned
 from ocihook.cgroups import grant
-from ocihook.discover.build import build_plan
 from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError, describe
 from ocihook.ld import elf
 from ocihook.linux import mountinfo, privileges, securepath
-from ocihook.plan.decide import CONTAINER, Decision, Target, decide
+from ocihook.pipeline import Planned, open_roots, plan_container
+from ocihook.plan.decide import CONTAINER, Decision, Target
 from ocihook.plan.kinds import KINDS, LABEL_WRITABLE, Kind
-from ocihook.plan.model import Plan, finalize
+from ocihook.plan.model import Plan
 from ocihook.request.state import hook_namespace
 from ocihook.selinux import label as selinux_label
 
@@ -184,9 +184,9 @@ class _Injection:
             rootless.check_runtime_dir(namespace)
         state_fd = -1
         try:
-            with Roots(config["source_root"], config["device_root"]) as roots:
-                plan = build_plan(config, roots, request)
-                decision = decide(config, target, plan)
+            with open_roots(config) as roots:
+                planned = plan_container(config, roots, request, target)
+                plan, decision = planned.plan, planned.decision
                 self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")
@@ -277,7 +277,7 @@ class _Injection:
         shared = execute.host_superblocks(self.host_mounts)
         root_fd = execute.enter_container(container.pid, container.rootfs)
         try:
-            final = finalize(plan, decision.in_image(root_fd))
+            final = Planned(plan, decision).finalize(root_fd)
             if final.cuda_compat is not None and self.config["cuda"]["require"]:
                 self._check_cuda_requirements(final)
             if not self.api.on_host:

@@ -75,28 +75,27 @@ def plan_edit(container, config: dict, request) -> dict:
     from ocihook import records
     from ocihook.apply import execute
     from ocihook.apply.inject import check_source_labels
-    from ocihook.discover.build import build_plan
-    from ocihook.discover.roots import Roots, in_root
+    from ocihook.discover.roots import in_root
     from ocihook.linux import securepath
-    from ocihook.plan.decide import PRECREATE, Target, decide
-    from ocihook.plan.model import executor_view, finalize
+    from ocihook.pipeline import open_roots, plan_container
+    from ocihook.plan.decide import PRECREATE, Target
+    from ocihook.plan.model import executor_view
 
     log = records.Log(config["log"]["target"], config["log"]["debug"])
     target = Target(PRECREATE, container.userns, container.mount_label, None, True, False)
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        plan = build_plan(config, roots, request)
-        decision = decide(config, target, plan)
+    with open_roots(config) as roots:
+        planned = plan_container(config, roots, request, target)
         try:
             root_fd = securepath.open_dir(container.rootfs)
         except OSError as error:
             raise OcihookError(f"rootfs {container.rootfs}: {error.strerror}") from None
         try:
-            final = finalize(plan, decision.in_image(root_fd))
+            final = planned.finalize(root_fd)
         finally:
             os.close(root_fd)
         trees = execute.open_sources(final, roots.source_real, roots.source_fd)
         try:
-            if decision.file_label:
+            if final.file_label:
                 check_source_labels(trees, config, log, roots.source_real, container.process_label)
             sources = []
             for tree in trees:

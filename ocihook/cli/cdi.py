@@ -89,10 +89,9 @@ def generate(
     """
     from ocihook.cdi import spec as cdispec
     from ocihook.config.compiled import compile_config
-    from ocihook.discover.build import build_plan
-    from ocihook.discover.roots import Roots
-    from ocihook.plan.decide import STATIC, Target, decide, label_choice
-    from ocihook.plan.model import executor_view, finalize
+    from ocihook.pipeline import finalized_plan
+    from ocihook.plan.decide import STATIC, Target, label_choice
+    from ocihook.plan.model import executor_view
     from ocihook.request.parse import parse_request
 
     if as_json and fmt not in (None, "json"):
@@ -104,11 +103,9 @@ def generate(
     hook_path = hook_path or _default_hook_path()
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        request = parse_request("all", "cdi generate")
-        plan = build_plan(config, roots, request, verify=True, describe="strict")
+    request = parse_request("all", "cdi generate")
     target = Target(STATIC, lib_dir=lib_dir)
-    plan = finalize(plan, decide(config, target, plan))
+    plan = finalized_plan(config, request, target, verify=True, describe="strict")
     profile = config["profile"]
     kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
     label = cdispec.parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it

@@ -118,11 +118,9 @@ def plan(
     matched nothing, resolved against the configured source and device roots exactly as the
     hook resolves them.
     """
-    from ocihook.discover.build import build_plan
-    from ocihook.discover.roots import Roots
-    from ocihook.linux import securepath
-    from ocihook.plan.decide import CLI, Target, decide
-    from ocihook.plan.model import executor_view, finalize
+    from ocihook.pipeline import finalized_plan
+    from ocihook.plan.decide import CLI, Target
+    from ocihook.plan.model import executor_view
     from ocihook.plan.text import format_plan
     from ocihook.request.parse import parse_capabilities, parse_request
 
@@ -139,16 +137,8 @@ def plan(
 
         request.imex = parse_channels(imex_channels, "--imex-channels")
         request.imex_origin = "--imex-channels"
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        result = build_plan(config, roots, request, verify=True, describe="plan")
-    decision = decide(config, Target(CLI, userns, None, lib_dir, bool(rootfs)), result)
-    if decision.probe:
-        root_fd = securepath.open_dir(os.path.abspath(rootfs))
-        try:
-            decision = decision.in_image(root_fd)
-        finally:
-            os.close(root_fd)
-    result = finalize(result, decision)
+    target = Target(CLI, userns, None, lib_dir, bool(rootfs))
+    result = finalized_plan(config, request, target, rootfs=rootfs, verify=True, describe="plan")
     if as_json:
         emit_json(executor_view(result))
     else:
@@ -291,14 +281,17 @@ def _check_cache_dir(cache_dir: str, warn) -> None:
 
 
 def _check_driver(config: dict, ok, bad, warn) -> None:
-    from ocihook.discover.build import build_plan
-    from ocihook.discover.roots import Roots
+    from ocihook.pipeline import open_roots, plan_container
+    from ocihook.plan.decide import CLI, Target
     from ocihook.request.parse import parse_request
 
     try:
-        with Roots(config["source_root"], config["device_root"]) as roots:
+        with open_roots(config) as roots:
             request = parse_request("all", "check")
-            result = build_plan(config, roots, request, verify=True, describe="plan")
+            planned = plan_container(
+                config, roots, request, Target(CLI), verify=True, describe="plan"
+            )
+        result = planned.plan
         version = (
             f"driver {result.driver_version} (from {result.version_source})"
             if result.driver_version

@@ -78,17 +78,18 @@ def collect(
     problem = None
     try:
         from ocihook.config.compiled import compile_config
-        from ocihook.discover.build import build_plan
         from ocihook.discover.devices import available_devices
-        from ocihook.discover.roots import Roots
+        from ocihook.pipeline import open_roots, plan_container
+        from ocihook.plan.decide import CLI, Target
         from ocihook.request.parse import parse_request
 
         config, _ = compile_config(config_path)
         profile = config["profile"]
         labels["profile"] = label_value(profile["name"])
-        with Roots(config["source_root"], config["device_root"]) as roots:
+        with open_roots(config) as roots:
             labels["devices"] = str(len(available_devices(roots, profile["devices"])))
-            plan = build_plan(config, roots, parse_request("all", "features"))
+            request = parse_request("all", "features")
+            plan = plan_container(config, roots, request, Target(CLI)).plan
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)
     except OcihookError as error:

@@ -23,12 +23,9 @@ import stat
 from ocihook.errors import OcihookError
 from ocihook.linux import securepath
 from ocihook.plan.kinds import KINDS
+from ocihook.plan.model import LD_WRITERS, NODE_STRATEGIES, Plan
 from ocihook.selinux.label import selinux_enabled
 from ocihook.structs import Struct
-
-TYPE_CHECKING = False  # typing costs imports at container start: annotations only
-if TYPE_CHECKING:
-    from ocihook.plan.model import Plan
 
 CONTAINER = "container"  # a container at hand: the prestart hook
 CLI = "cli"  # `ocihook plan`: what the command line says of a container
@@ -306,3 +303,26 @@ def _exists(root_fd: int, path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def finalize(plan: Plan, decision: Decision) -> Plan:
+    """The plan for one target, pure: what `decide` decided for it stamped in.
+    Libraries placed in the decision's lib dirs (None keeps the plan's placeholders),
+    device nodes made by its node strategy, what the hook creates labelled with its file
+    label, the ld cache written its way. Nothing is patched later: apply executes this."""
+    if decision.probe:
+        raise ValueError(f"decision: the image is not probed yet ({', '.join(decision.probe)})")
+    if decision.node_strategy not in NODE_STRATEGIES:
+        raise ValueError(f"node strategy {decision.node_strategy!r}")
+    if decision.ld_writer not in (None, *LD_WRITERS):
+        raise ValueError(f"ld cache writer {decision.ld_writer!r}")
+    final = plan
+    if decision.lib_dir is not None:
+        final = plan.with_lib_dir(decision.lib_dir, decision.lib_dir32)
+    return final.replace(
+        devices=[d.replace(strategy=decision.node_strategy) for d in final.devices],
+        file_label=decision.file_label,
+        ldconfig=decision.ld_writer is not None,
+        ld_writer=decision.ld_writer,
+        cuda_compat=decision.cuda_compat,
+    )

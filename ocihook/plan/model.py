@@ -9,10 +9,6 @@ from ocihook.plan.devrules import DeviceRule
 from ocihook.plan.kinds import KINDS, MOUNT_FLAGS
 from ocihook.structs import Struct
 
-TYPE_CHECKING = False  # typing costs imports at container start: annotations only
-if TYPE_CHECKING:
-    from ocihook.plan.decide import Decision
-
 # Where libraries go until the plan is finalized for a target (and for good when no image
 # is at hand: `ocihook plan` without --rootfs or --lib-dir shows them marked as such).
 PLACEHOLDER_LIB_DIR = "/usr/lib64"
@@ -203,29 +199,6 @@ def ld_dirs_for(mounts: list[Mount], lib_dir: str, lib_dir32: str) -> list[str]:
 def device_rules(plan: Plan) -> list[DeviceRule]:
     """The device cgroup rules the plan adds: one per device node, in plan order."""
     return [d.rule() for d in plan.devices]
-
-
-def finalize(plan: Plan, decision: Decision) -> Plan:
-    """The plan for one target, pure: what `target.decide` decided for it stamped in.
-    Libraries placed in the decision's lib dirs (None keeps the plan's placeholders),
-    device nodes made by its node strategy, what the hook creates labelled with its file
-    label, the ld cache written its way. Nothing is patched later: apply executes this."""
-    if decision.probe:
-        raise ValueError(f"decision: the image is not probed yet ({', '.join(decision.probe)})")
-    if decision.node_strategy not in NODE_STRATEGIES:
-        raise ValueError(f"node strategy {decision.node_strategy!r}")
-    if decision.ld_writer not in (None, *LD_WRITERS):
-        raise ValueError(f"ld cache writer {decision.ld_writer!r}")
-    final = plan
-    if decision.lib_dir is not None:
-        final = plan.with_lib_dir(decision.lib_dir, decision.lib_dir32)
-    return final.replace(
-        devices=[d.replace(strategy=decision.node_strategy) for d in final.devices],
-        file_label=decision.file_label,
-        ldconfig=decision.ld_writer is not None,
-        ld_writer=decision.ld_writer,
-        cuda_compat=decision.cuda_compat,
-    )
 
 
 def executor_view(plan: Plan) -> dict:
