@@ -42,6 +42,7 @@ LAYERS = {
         "ocihook.plan.kinds",
         "ocihook.linux.syscalls",
         "ocihook.linux.mountinfo",
+        "ocihook.linux.namespaces",
         "ocihook.linux.privileges",
         "ocihook.check.goregexp.tables",
         "ocihook.check.goregexp.syntax",

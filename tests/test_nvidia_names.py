@@ -8,8 +8,8 @@ import pytest
 
 from ocihook.discover import nvml
 from ocihook.discover.devices import Device
-from ocihook.discover.nvidia import MigDevice
 from ocihook.errors import OcihookError
+from ocihook.plan.model import MigDevice
 from ocihook.request.parse import check_allowed, parse_request, select_devices
 
 GPU0 = "GPU-3b6d0a1c-5e2f-4a7b-9c8d-0e1f2a3b4c5d"

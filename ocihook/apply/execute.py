@@ -18,7 +18,7 @@ import os
 import stat
 
 from ocihook.errors import OcihookError, describe
-from ocihook.linux import atomic, mountinfo, securepath, syscalls
+from ocihook.linux import atomic, mountinfo, namespaces, securepath, syscalls
 from ocihook.plan.kinds import KINDS, is_source, is_type, type_name
 from ocihook.plan.model import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
@@ -305,16 +305,6 @@ def close_trees(trees: list[SourceTree]) -> None:
         os.close(tree.fd)
 
 
-def _host_mount_namespaces() -> set[int]:
-    """Inodes of our own mount namespace and (where readable) that of pid 1."""
-    inodes = {os.stat("/proc/self/ns/mnt").st_ino}
-    try:
-        inodes.add(os.stat("/proc/1/ns/mnt").st_ino)
-    except OSError:
-        pass  # pid 1 not ptrace-readable (a sandbox): our own namespace is the host's
-    return inodes
-
-
 def enter_container(pid: int, rootfs: str) -> int:
     """Join the mount namespace of `pid`; return an O_PATH fd of the container's rootfs.
 
@@ -331,7 +321,7 @@ def enter_container(pid: int, rootfs: str) -> int:
         raise OcihookError(f"state on stdin: pid {pid}: {error.strerror}") from None
     try:
         target = os.fstat(ns_fd).st_ino
-        if target in _host_mount_namespaces():
+        if target in namespaces.host_mount_namespaces():
             raise OcihookError(f"state on stdin: pid {pid} is not in a container's mount namespace")
         syscalls.setns(ns_fd, syscalls.CLONE_NEWNS)
     finally:

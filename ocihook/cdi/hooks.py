@@ -26,7 +26,7 @@ from ocihook.apply import execute, ldcache
 from ocihook.config.compiled import DEFAULTS
 from ocihook.errors import OcihookError
 from ocihook.ld.elf import open_static_executable
-from ocihook.linux import mountinfo
+from ocihook.linux import mountinfo, namespaces
 from ocihook.plan.decide import (
     NO_LABEL,
     STATIC,
@@ -54,10 +54,6 @@ def parse_link(value: str) -> Link:
     return Link(os.path.normpath(link), target)
 
 
-def _mnt_ns(pid: int | str) -> int:
-    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
-
-
 def _in_container_of(pid: int) -> bool:
     """Whether we already run in the mount namespace of the container whose init is `pid`.
 
@@ -69,7 +65,7 @@ def _in_container_of(pid: int) -> bool:
     if os.getpid() != int(os.readlink("/proc/self")):
         return True
     try:
-        return _mnt_ns("self") == _mnt_ns(pid)
+        return namespaces.mount_namespace() == namespaces.mount_namespace(pid)
     except OSError as error:
         raise OcihookError(f"state on stdin: pid {pid}: {error.strerror}") from None
 
@@ -97,11 +93,7 @@ class _Rootfs:
 
     @staticmethod
     def _open_inside(rootfs: str) -> int:
-        try:
-            host_ns = _mnt_ns(1)
-        except OSError:
-            host_ns = None
-        if host_ns is not None and host_ns == _mnt_ns("self"):
+        if namespaces.init_mount_namespace() == namespaces.mount_namespace():
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
         return execute.open_rootfs(rootfs, "this mount namespace")
 

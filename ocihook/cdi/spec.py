@@ -119,7 +119,7 @@ def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label:
     index's nodes (the hook's `all`: whole devices, no MIG device). `label` is the links'
     label choice (target.label_choice), written into their hook's arguments."""
     by_path = {d["path"]: _node(d) for d in view["devices"]}
-    whole = [d for d in view["device_list"] if "gi" not in d]
+    whole = view["device_list"]  # the request "all": whole devices only
     devices = []
     every: list[dict] = []
     for device in whole:

@@ -228,6 +228,8 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
 
 def _check_devices(config: dict, device_list: list, ok, bad) -> None:
     """One line per device the profile finds (index, address, driver, nodes); none is wrong."""
+    from ocihook.plan.model import MigDevice
+
     spec = config["profile"]["devices"]
     patterns = ([spec["node"]] if spec["node"] else []) + spec["nodes"]
     if not patterns:
@@ -243,7 +245,7 @@ def _check_devices(config: dict, device_list: list, ok, bad) -> None:
         name = config["profile"]["name"]
         bad(f"device root {config['device_root']}: no device of profile {name} ({where})")
     for d in device_list:
-        if hasattr(d, "gi"):  # a MIG device (nvidia.MigDevice)
+        if isinstance(d, MigDevice):
             ok(f"MIG device {d.name}: {d.uuid or '-'} GI {d.gi} CI {d.ci} {' '.join(d.nodes)}")
         else:
             uuid = f" {d.uuid}" if d.uuid else ""

@@ -33,7 +33,7 @@ from ocihook.discover.procdevices import char_majors
 from ocihook.discover.roots import Roots, host_path, in_root, read_small_file, resolve_final
 from ocihook.errors import OcihookError
 from ocihook.linux import securepath
-from ocihook.plan.model import DeviceNode
+from ocihook.plan.model import DeviceNode, MigDevice
 from ocihook.request.names import GPU_PREFIX, pci_address, uuid_name
 from ocihook.structs import Struct
 
@@ -63,23 +63,6 @@ class GpuFile(Struct):
     minor: int
     uuid: str | None
     excluded: bool  # `GPU Excluded: Yes`: NVML (and so CUDA, nvidia-smi) does not list it
-
-
-class MigDevice(Struct):
-    """One MIG device: `name` "G:M" (its GPU's index, NVIDIA's numbering as for a plain
-    index; the MIG device's index on it in NVML's order), its UUID (MIG-...), `index` (the
-    GPU's), the GI and CI ids,
-    `nodes` (in-root paths: the GPU's nodes, then the GI's and the CI's cap node) and
-    `caps` (those two cap nodes, described)."""
-
-    __slots__ = ("name", "uuid", "index", "gi", "ci", "nodes", "caps")
-    name: str
-    uuid: str | None
-    index: int
-    gi: int
-    ci: int
-    nodes: list[str]
-    caps: list[DeviceNode]
 
 
 def settings(spec: dict) -> dict | None:

@@ -215,7 +215,7 @@ def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         import errno
 
-        from ocihook.linux import privileges
+        from ocihook.linux import privileges, securepath
 
         try:
             privileges.drop_bounding_set()
@@ -223,7 +223,7 @@ def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None
             if error.errno != errno.EPERM:
                 raise
         privileges.clear_capabilities()  # every set empty; no_new_privs: none comes back
-        lines = _ask(f"/proc/self/fd/{library_fd}")
+        lines = _ask(securepath.fd_path(library_fd))
         code = 0
     except BaseException as error:  # noqa: BLE001 - whatever happened is the answer
         lines = [f"error {_describe(error)}"]

@@ -71,41 +71,66 @@ def _new_table_at(data: bytes) -> int | None:
     return new_at if data.startswith(NEW_MAGIC, new_at) else None
 
 
-def parse(data: bytes, what: str = "ld.so.cache") -> list[Entry]:
-    """Entries in the cache's order (the dynamic linker's preference order)."""
-    try:
-        new_at = _new_table_at(data)
-    except ValueError as error:
-        raise OcihookError(f"{what}: {error}") from None
-    if new_at is not None:
-        return _parse_new(data, new_at, what)
-    end = _OLD_HEADER.size + _OLD_HEADER.unpack_from(data, 0)[1] * _OLD_ENTRY.size
-    return [
-        (_string(data, end + key, what), _string(data, end + value, what), flags)
-        for flags, key, value in _OLD_ENTRY.iter_unpack(data[_OLD_HEADER.size : end])
-    ]
+def table(data: bytes) -> tuple[int, bool, list[tuple[int, int, int, int, int]]]:
+    """The one parser of the file's entry table: the new-format table where there is one
+    (alone, or after the old table), else the old one. String offsets of the new format
+    are relative to its header, the old format's to the end of its table. ValueError: not
+    an ld.so.cache, or a table that does not fit in the file."""
+    new_at = _new_table_at(data)
+    if new_at is None:
+        end = _OLD_HEADER.size + _OLD_HEADER.unpack_from(data, 0)[1] * _OLD_ENTRY.size
+        rows = [(f, k, v, 0, 0) for f, k, v in _OLD_ENTRY.iter_unpack(data[_OLD_HEADER.size : end])]
+        return end, False, rows
+    if len(data) < new_at + _NEW_HEADER.size:
+        raise ValueError("truncated")
+    nlibs = _NEW_HEADER.unpack_from(data, new_at)[1]
+    start = new_at + _NEW_HEADER.size
+    if nlibs > (len(data) - start) // _NEW_ENTRY.size:
+        raise ValueError(f"truncated: {nlibs} entries do not fit in {len(data)} bytes")
+    return new_at, True, list(_NEW_ENTRY.iter_unpack(data[start : start + nlibs * _NEW_ENTRY.size]))
 
 
-def _parse_new(data: bytes, base: int, what: str) -> list[Entry]:
-    if len(data) < base + _NEW_HEADER.size:
-        raise OcihookError(f"{what}: truncated")
-    nlibs = _NEW_HEADER.unpack_from(data, base)[1]
-    start = base + _NEW_HEADER.size
-    end = start + nlibs * _NEW_ENTRY.size
-    if end > len(data):
-        raise OcihookError(f"{what}: truncated")
-    # String offsets of the new format are relative to its header.
-    return [
-        (_string(data, base + key, what), _string(data, base + value, what), flags)
-        for flags, key, value, _, _ in _NEW_ENTRY.iter_unpack(data[start:end])
-    ]
-
-
-def _string(data: bytes, offset: int, what: str) -> str:
+def string_at(data: bytes, offset: int) -> bytes:
+    """The NUL-terminated string at `offset`. ValueError: outside the file."""
     stop = data.find(b"\0", offset)
     if offset >= len(data) or stop < 0:
-        raise OcihookError(f"{what}: string offset {offset} outside the file")
-    return data[offset:stop].decode("utf-8", "surrogateescape")
+        raise ValueError(f"string offset {offset} outside the file")
+    return data[offset:stop]
+
+
+def parse(data: bytes, what: str = "ld.so.cache") -> list[Entry]:
+    """Entries (name, path, flags) in the cache's order (the dynamic linker's preference)."""
+    try:
+        base, _, rows = table(data)
+        return [
+            (_text(string_at(data, base + key)), _text(string_at(data, base + value)), flags)
+            for flags, key, value, _, _ in rows
+        ]
+    except ValueError as error:
+        raise OcihookError(f"{what}: {error}") from None
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "surrogateescape")
+
+
+def read_bounded(fd: int) -> bytes:
+    """The whole file open at `fd`, a regular file of at most MAX_BYTES (checked by fstat
+    and again while reading: it may grow). ValueError: why not (a phrase: "not a regular
+    file", "larger than 64 MiB"); OSError as the reads raise it."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ValueError("not a regular file")
+    too_big = f"larger than {MAX_BYTES >> 20} MiB"
+    if os.fstat(fd).st_size > MAX_BYTES:
+        raise ValueError(too_big)
+    chunks, size = [], 0
+    while size <= MAX_BYTES:
+        chunk = os.read(fd, MAX_BYTES + 1 - size)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    raise ValueError(too_big)
 
 
 def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
@@ -118,25 +143,14 @@ def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
     except OSError as error:
         raise OcihookError(f"{what}: {error.strerror}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OcihookError(f"{what}: not a regular file")
-        size = st.st_size
-        if size > MAX_BYTES:
-            raise OcihookError(f"{what}: larger than {MAX_BYTES >> 20} MiB")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if sum(map(len, chunks)) > MAX_BYTES:
-                raise OcihookError(f"{what}: larger than {MAX_BYTES >> 20} MiB")
+        data = read_bounded(fd)
+    except ValueError as error:
+        raise OcihookError(f"{what}: {error}") from None
     except OSError as error:
         raise OcihookError(f"{what}: {error.strerror}") from None
     finally:
         os.close(fd)
-    return parse(b"".join(chunks), what)
+    return parse(data, what)
 
 
 def is_arch(flags: int, arch: int) -> bool:
@@ -191,29 +205,22 @@ def parse_for_merge(data: bytes) -> list[FullEntry]:
     ASCII (glibc orders them by C `char`, whose sign differs by architecture), digit runs
     past a C int, any offset outside the file."""
     try:
-        base = _new_table_at(data)
+        base, new, rows = table(data)
     except ValueError as error:
         raise NotExact(str(error)) from None
-    if base is None:
+    if not new:
         raise NotExact("old format only")
-    if len(data) < base + _NEW_HEADER.size:
-        raise NotExact("truncated")
-    _, nlibs, _, flags, ext_offset = _NEW_HEADER.unpack_from(data, base)
+    _, _, _, flags, ext_offset = _NEW_HEADER.unpack_from(data, base)
     if flags & ENDIAN_MASK not in (0, ENDIAN_LITTLE):
         raise NotExact(f"byte order flag {flags & ENDIAN_MASK}")
-    start = base + _NEW_HEADER.size
-    if nlibs > (len(data) - start) // _NEW_ENTRY.size:
-        raise NotExact(f"{nlibs} entries do not fit in {len(data)} bytes")
     if ext_offset:
         _check_extensions(data, ext_offset)
     entries = []
-    for flags, key, value, osversion, hwcap in _NEW_ENTRY.iter_unpack(
-        data[start : start + nlibs * _NEW_ENTRY.size]
-    ):
+    for flags, key, value, osversion, hwcap in rows:
         if hwcap:
             what = "glibc-hwcaps" if hwcap & HWCAP_EXTENSION else "hwcap"
             raise NotExact(f"{what} entries")
-        entries.append((_cstring(data, base + key), _cstring(data, base + value), flags, osversion))
+        entries.append((_ascii(data, base + key), _ascii(data, base + value), flags, osversion))
     return entries
 
 
@@ -235,11 +242,11 @@ def _check_extensions(data: bytes, offset: int) -> None:
             raise NotExact(f"extension section {tag}")
 
 
-def _cstring(data: bytes, offset: int) -> bytes:
-    stop = data.find(b"\0", offset)
-    if offset >= len(data) or stop < 0:
-        raise NotExact(f"string offset {offset} outside the file")
-    text = data[offset:stop]
+def _ascii(data: bytes, offset: int) -> bytes:
+    try:
+        text = string_at(data, offset)
+    except ValueError as error:
+        raise NotExact(str(error)) from None
     if not text.isascii():
         raise NotExact("a name that is not ASCII")
     return text

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 
 from ocihook.errors import OcihookError
 from ocihook.ld import cachefile, elf
@@ -126,19 +125,9 @@ def read_cache(etc_fd: int) -> bytes | str:
             return "/etc/ld.so.cache is a symlink"
         return f"/etc/ld.so.cache: {error.strerror}"
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "/etc/ld.so.cache is not a regular file"
-        if st.st_size > cachefile.MAX_BYTES:
-            return f"/etc/ld.so.cache is larger than {cachefile.MAX_BYTES >> 20} MiB"
-        chunks, size = [], 0
-        while size <= cachefile.MAX_BYTES:
-            chunk = os.read(fd, cachefile.MAX_BYTES + 1 - size)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-        return f"/etc/ld.so.cache is larger than {cachefile.MAX_BYTES >> 20} MiB"
+        return cachefile.read_bounded(fd)
+    except ValueError as error:
+        return f"/etc/ld.so.cache is {error}"
     except OSError as error:
         return f"/etc/ld.so.cache: {error.strerror}"
     finally:

@@ -78,6 +78,23 @@ class DeviceNode(Struct):
         return DeviceRule(self.type, self.major, self.minor, self.access)
 
 
+class MigDevice(Struct):
+    """One MIG device (NVIDIA), a type of its own beside the whole devices of a plan's
+    `device_list`: `name` "G:M" (its GPU's index, NVIDIA's numbering as for a plain index;
+    the MIG device's index on it in NVML's order), its UUID (MIG-...), `index` (the GPU's),
+    the GI and CI ids, `nodes` (in-root paths: the GPU's nodes, then the GI's and the CI's
+    cap node) and `caps` (those two cap nodes, described)."""
+
+    __slots__ = ("name", "uuid", "index", "gi", "ci", "nodes", "caps")
+    name: str
+    uuid: str | None
+    index: int
+    gi: int
+    ci: int
+    nodes: list[str]
+    caps: list[DeviceNode]
+
+
 class Plan(Struct):
     __slots__ = (
         "profile",
@@ -137,7 +154,7 @@ class Plan(Struct):
     ldconfig: bool  # whether the container's ld cache is updated (ld_writer is not None)
     ld_writer: str | None  # LD_WRITERS: how; None: not updated
     device_list: list  # devices.Device of each selected index (address, driver, nodes,
-    # uuid), then each selected nvidia.MigDevice (name, uuid, gi, ci, nodes, caps)
+    # uuid), then each selected MigDevice (name, uuid, gi, ci, nodes, caps)
     capabilities: list[str]  # the driver capabilities selected (compute, utility, ...)
     version_source: str | None  # where driver_version came from
     lib_dir32: str  # where 32-bit (compat32) libraries go
@@ -146,7 +163,7 @@ class Plan(Struct):
     unmatched: list[str]  # profile entries that matched nothing
     warnings: list[str]
     file_label: str | None  # the SELinux label of what the hook creates; None: labels untouched
-    mig_devices: list  # every nvidia.MigDevice of the host, when read (plan, cdi generate)
+    mig_devices: list  # every MigDevice of the host, when read (plan, cdi generate)
     # CUDA forward compatibility (cuda.py): {mode, dir, use, library, version, host_version,
     # reason}; use: the ld cache lists dir first. None: the profile has no `cuda`.
     cuda_compat: dict | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ocihook.plan.kinds import KINDS
-from ocihook.plan.model import FLAGS_LEGEND, Plan
+from ocihook.plan.model import FLAGS_LEGEND, MigDevice, Plan
 
 WIDTH = 100
 _PLACEHOLDER_NOTE = "placeholder: the hook uses the image's own; --rootfs IMAGE_ROOT shows it"
@@ -134,7 +134,7 @@ def _node_line(d, width: int) -> str:
 
 
 def _device_title(device) -> str:
-    if hasattr(device, "gi"):  # a MIG device
+    if isinstance(device, MigDevice):
         uuid = f" {device.uuid}" if device.uuid else ""
         return f"MIG {device.name}{uuid} (on index {device.index}, GI {device.gi}, CI {device.ci}):"
     where = " ".join(x for x in (device.address, device.driver, device.uuid) if x)

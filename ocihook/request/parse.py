@@ -214,14 +214,14 @@ class Selection(Struct):
 
     __slots__ = ("indices", "mig")
     indices: list[int]
-    mig: list  # nvidia.MigDevice, in request order
+    mig: list  # plan.model.MigDevice, in request order
 
 
 def select_devices(
     request: DeviceRequest, available: dict, mig_devices: list | None = None
 ) -> Selection:
     """The devices to inject (`available`: index -> devices.Device; `mig_devices`: the
-    host's nvidia.MigDevice, None when the request names none); an index, address, UUID,
+    host's plan.model.MigDevice, None when the request names none); an index, address, UUID,
     node name or MIG device the host does not have is an error listing what it has."""
     if request.indices is None:
         return Selection(sorted(available), [])

@@ -212,8 +212,10 @@ def check_nodes(ns: Namespace, devices: list, device_fd: int, annotations: dict)
 
 def node_acl(fd: int) -> bool:
     """Whether the node open at `fd` (O_PATH) carries a POSIX ACL."""
+    from ocihook.linux import securepath
+
     try:
-        os.getxattr(f"/proc/self/fd/{fd}", POSIX_ACL)
+        os.getxattr(securepath.fd_path(fd), POSIX_ACL)
     except OSError:
         return False
     return True
