@@ -25,111 +25,76 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "ocihook"
 
 # Lowest first; a module may import its own layer and the layers below (docs/architecture.md).
+# A name ending in ".*" is a package: every module in it, unless a more specific name says
+# otherwise (the longest match wins).
 LAYERS = {
-    "base": {
+    "base": (
         "ocihook",
-        "ocihook.linux.atomic",
-        "ocihook.audit",
-        "ocihook.cgroups.dbuswire",
-        "ocihook.cdi",
-        "ocihook.request.names",
-        "ocihook.plan.devrules",
-        "ocihook.ld.elf",
         "ocihook.errors",
+        "ocihook.structs",
         "ocihook.fastjson",
+        "ocihook.linux.*",  # syscalls, securepath, mountinfo, namespaces, atomic, trusted files
+        "ocihook.check.goregexp.*",
         "ocihook.check.findings",
         "ocihook.check.hooksd",
-        "ocihook.plan.kinds",
-        "ocihook.linux.syscalls",
-        "ocihook.linux.mountinfo",
-        "ocihook.linux.namespaces",
-        "ocihook.linux.privileges",
-        "ocihook.check.goregexp.tables",
-        "ocihook.check.goregexp.syntax",
-        "ocihook.config.schemaerrors",
-        "ocihook.linux.securepath",
-        "ocihook.selinux",
-        "ocihook.selinux.access",
-        "ocihook.selinux.label",
-        "ocihook.selinux.names",
-        "ocihook.structs",
-        "ocihook.linux.trusted",
         "ocihook.check.tomlread",
-    },
-    "model": {  # plain data, pure decisions and formatting
-        "ocihook.audit.explain",
-        "ocihook.audit.names",
-        "ocihook.audit.parse",
-        "ocihook.audit.policy",
-        "ocihook.audit.records",
-        "ocihook.audit.report",
-        "ocihook.cdi.spec",
-        "ocihook.config.compiled",
-        "ocihook.plan.cuda",
-        "ocihook.request.imex",
-        "ocihook.plan.model",
-        "ocihook.plan.text",
+        "ocihook.config.schemaerrors",
+        "ocihook.selinux",
+        "ocihook.selinux.names",
+        "ocihook.selinux.label",
+        "ocihook.selinux.access",
+        "ocihook.plan.kinds",
+        "ocihook.plan.devrules",
+        "ocihook.request.names",
+        "ocihook.ld.elf",
+        "ocihook.cgroups.dbuswire",
+        "ocihook.audit",
+        "ocihook.cdi",
+    ),
+    "model": (  # data and the decisions on it
+        "ocihook.request.*",
+        "ocihook.config.*",
+        "ocihook.plan.*",
         "ocihook.records",
-        "ocihook.request.parse",
-        "ocihook.request.rootless",
+        "ocihook.audit.*",
+        "ocihook.cdi.spec",
         "ocihook.selinux.relabel",
         "ocihook.selinux.status",
-        "ocihook.request.state",
-        "ocihook.plan.decide",
-    },
-    "discovery": {  # reads the host by fd, changes nothing
-        "ocihook.discover.devices",
-        "ocihook.discover.build",
-        "ocihook.pipeline",
-        "ocihook.discover.gpudirect",
-        "ocihook.check.hooksdirs",
-        "ocihook.discover.imex",
+    ),
+    "discovery": (  # reads the host (discover/ by fd in the roots), changes nothing
+        "ocihook.discover.*",
         "ocihook.ld.cachefile",
         "ocihook.ld.conf",
-        "ocihook.discover.nvidia",
-        "ocihook.discover.nvml",
-        "ocihook.discover.procdevices",
+        "ocihook.check.*",
         "ocihook.apply.owned",
-        "ocihook.check.registration",
-        "ocihook.discover.roots",
-        "ocihook.check.routes",
-    },
-    "execution": {  # the privileged injection path: mounts, nodes, cgroups, ld cache
-        "ocihook.apply.execute",
-        "ocihook.cgroups.bpf",
-        "ocihook.cgroups.v2",
-        "ocihook.cgroups.grant",
-        "ocihook.apply.inject",
-        "ocihook.apply.ldcache",
+        "ocihook.pipeline",
+    ),
+    "execution": (  # the privileged injection path: mounts, nodes, cgroups, ld cache
+        "ocihook.apply.*",
+        "ocihook.cgroups.*",
         "ocihook.ld.native",
-        "ocihook.cgroups.systemd",
-    },
-    "frontends": {  # the hook and the commands
-        "ocihook.cli.audit",
-        "ocihook.cli.cdi",
-        "ocihook.cdi.hooks",
-        "ocihook.cli.main",
-        "ocihook.cli.commands",
-        "ocihook.cli.completion",
-        "ocihook.cli.features",
+    ),
+    "frontends": (  # the hook's stages and the commands
         "ocihook.hook",
-        "ocihook.cli.output",
         "ocihook.apply.precreate",
-        "ocihook.cli.selinux",
-    },
+        "ocihook.cdi.hooks",
+        "ocihook.cli.*",
+    ),
 }
-RANK = {module: rank for rank, group in enumerate(LAYERS.values()) for module in group}
-# Packages of stages: empty __init__ files, below everything.
-PACKAGES = {
-    ".".join(p.relative_to(REPO).parent.parts)
-    for p in PACKAGE.rglob("__init__.py")
-    if not p.read_text().strip()
-}
-RANK.update(dict.fromkeys(PACKAGES, 0))
-PRIVILEGED = LAYERS["execution"]
-# The read-only commands' modules (ocihook.cli.commands also holds prestart/poststop, which
-# import the hook inside their functions only).
-READ_ONLY_MODULES = ("ocihook.cli.commands", "ocihook.cli.features", "ocihook.cli.cdi")
+
+
+def _layer_of(module: str) -> int | None:
+    """The rank of the most specific LAYERS name that covers `module`; None: none does."""
+    best = None  # (length of the match, rank)
+    for rank, names in enumerate(LAYERS.values()):
+        for name in names:
+            if name.endswith(".*"):
+                covers = module.startswith(name[:-1])
+            else:
+                covers = module == name
+            if covers and (best is None or len(name) > best[0]):
+                best = (len(name), rank)
+    return None if best is None else best[1]
 
 
 def _module_name(path: Path) -> str:
@@ -140,8 +105,9 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _imports(name: str) -> dict[str, bool]:
-    """The ocihook modules `name` imports -> whether at module level (eagerly)."""
+def _imports(name: str, typing: bool = False) -> dict[str, bool]:
+    """The ocihook modules `name` imports -> whether at module level (eagerly); `typing`:
+    with those imported for annotations only (under `if TYPE_CHECKING:`)."""
     tree = ast.parse(MODULES[name].read_text())
     typing_only = set()
     for node in ast.walk(tree):
@@ -155,26 +121,56 @@ def _imports(name: str) -> dict[str, bool]:
             found[module] = found.get(module, False) or id(node) in eager_nodes
 
     for node in ast.walk(tree):
-        if id(node) in typing_only:
+        if id(node) in typing_only and not typing:
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name, node)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:  # `from ocihook import apply` imports ocihook.apply.execute
+            for alias in node.names:  # `from ocihook.linux import securepath`: a module
                 full = f"{node.module}.{alias.name}"
                 add(full if full in MODULES else node.module, node)
     return found
 
 
 GRAPH = {name: _imports(name) for name in MODULES}
+TYPED_GRAPH = {name: _imports(name, typing=True) for name in MODULES}
+# Packages are empty (__init__.py holds at most a docstring): below everything.
+PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+RANK = {name: 0 if name in PACKAGES else _layer_of(name) for name in MODULES}
+PRIVILEGED = {name for name, rank in RANK.items() if rank == 3}
+# The read-only commands' modules (ocihook.cli.commands also holds prestart/poststop, which
+# import the hook inside their functions only).
+READ_ONLY_MODULES = ("ocihook.cli.commands", "ocihook.cli.features", "ocihook.cli.cdi")
 
 
 def test_every_module_has_a_layer():
-    assert sorted(set(MODULES) - set(RANK)) == [], (
+    assert sorted(m for m, rank in RANK.items() if rank is None) == [], (
         "new module: give it a layer here and in the docs"
     )
-    assert sorted(set(RANK) - set(MODULES)) == []
+    names = [n for names in LAYERS.values() for n in names]
+    unused = [n for n in names if not any(RANK[m] is not None and _covers(n, m) for m in MODULES)]
+    assert unused == [], "LAYERS names a module or package that is gone"
+
+
+def _covers(name: str, module: str) -> bool:
+    return module.startswith(name[:-1]) if name.endswith(".*") else module == name
+
+
+def test_packages_are_empty():
+    """A package's __init__.py holds at most a docstring: importing a stage's package costs
+    nothing on the hook's path, and nothing hides there."""
+    for name in PACKAGES:
+        body = ast.parse(MODULES[name].read_text()).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        if name == "ocihook":  # the version, the one place it is written
+            body = [
+                n
+                for n in body
+                if not (isinstance(n, ast.Assign) and n.targets[0].id == "__version__")
+            ]
+        assert body == [], name
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
@@ -188,19 +184,20 @@ def test_no_import_from_a_lower_layer_to_a_higher_one():
 
 
 def test_no_import_cycle():
+    """None at all: not through a function's import, not through annotations either."""
     state: dict[str, str] = {}
     cycles = []
 
     def visit(name: str, path: list[str]) -> None:
         state[name] = "open"
-        for target in sorted(GRAPH[name]):
+        for target in sorted(TYPED_GRAPH[name]):
             if state.get(target) == "open":
                 cycles.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target, path + [target])
         state[name] = "done"
 
-    for name in sorted(GRAPH):
+    for name in sorted(TYPED_GRAPH):
         if name not in state:
             visit(name, [name])
     assert cycles == []
@@ -328,3 +325,82 @@ def test_every_kind_has_every_column():
         assert kind.sections and kind.label and kind.shown and kind.audit
         assert kind.flags()[0] == "ro" and kind.flags(True)[0] == "rw"
         assert ("noexec" in kind.flags()) is not kind.executable
+
+
+def _source_lines(predicate) -> dict[str, list[int]]:
+    """Per module, the lines of the AST nodes `predicate` picks."""
+    found = {}
+    for name, path in MODULES.items():
+        lines = [n.lineno for n in ast.walk(ast.parse(path.read_text())) if predicate(n)]
+        if lines:
+            found[name] = lines
+    return found
+
+
+def test_only_the_command_line_imports_click():
+    def imports_click(node: ast.AST) -> bool:
+        if isinstance(node, ast.Import):
+            return any(a.name.split(".")[0] == "click" for a in node.names)
+        return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "click"
+
+    found = _source_lines(imports_click)
+    assert sorted(m for m in found if not m.startswith("ocihook.cli.")) == []
+    assert "ocihook.cli.main" in found  # the check sees click where it is
+
+
+def _calls(names: set[str]):
+    def predicate(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        return called in names
+
+    return predicate
+
+
+def test_one_pipeline():
+    """Discovery, the decision and the finalizing are called in one place, the pipeline
+    (ocihook/pipeline.py); cdi-hook carries out a spec's recorded decision
+    (plan.decide.carried_decision), the one other caller of `decide`."""
+    assert sorted(_source_lines(_calls({"build_plan"}))) == ["ocihook.pipeline"]
+    assert sorted(_source_lines(_calls({"decide"}))) == ["ocihook.cdi.hooks", "ocihook.pipeline"]
+    finalizing = sorted(_source_lines(_calls({"finalize"})))
+    assert finalizing == ["ocihook.apply.inject", "ocihook.apply.precreate", "ocihook.pipeline"]
+    # ... and those two finalize a pipeline.Planned, in the container's mount namespace.
+    for name in ("ocihook.apply.inject", "ocihook.apply.precreate"):
+        assert "ocihook.pipeline" in GRAPH[name], name
+
+
+def test_one_ld_so_cache_parser():
+    """The cache file's format (its magics, its tables) is known to ld/cachefile.py alone;
+    the native writer and discovery read it through it."""
+
+    def knows_the_format(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, bytes)
+            and (b"ld.so-1.7.0" in node.value or b"glibc-ld.so.cache" in node.value)
+        )
+
+    assert sorted(_source_lines(knows_the_format)) == ["ocihook.ld.cachefile"]
+    # The entries' layouts (struct file_entry, file_entry_new): one parser reads them.
+    entry_formats = {"=iII", "=iIIIQ"}
+
+    def reads_entries(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in entry_formats
+
+    assert sorted(_source_lines(reads_entries)) == ["ocihook.ld.cachefile"]
+
+
+def test_fd_paths_come_from_fd_path():
+    """A path naming an open fd (`/proc/self/fd/N`) is built by securepath.fd_path only."""
+
+    def names_an_fd(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and ("/proc/self/fd/" in node.value)
+        )
+
+    assert sorted(_source_lines(names_an_fd)) == ["ocihook.linux.securepath"]
