@@ -24,10 +24,10 @@ def _prose(text: str) -> list[str]:
     """The lines outside fenced code blocks (a `# comment` in a block is no heading)."""
     lines, fenced = [], False
     for line in text.splitlines():
-        if FENCE.match(line):
+        if FENCE.match(line.lstrip()):
             fenced = not fenced
             continue
-        if not fenced and not line.startswith("    "):
+        if not fenced:
             lines.append(line)
     return lines
 
