@@ -37,7 +37,7 @@ test: venv py39-venv
 	$(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-py39
 
-# RHEL 9's Python stack (README "Testing"): pyenv's CPython 3.9.18 with RHEL 9's click, PyYAML,
+# RHEL 9's Python stack (CONTRIBUTING.md): pyenv's CPython 3.9.18 with RHEL 9's click, PyYAML,
 # jsonschema, setuptools (packaging/rhel9-python.txt) in .venv-py39, built by
 # scripts/py39-venv.sh (tests/test_rpm.py builds the RPM with the same venv). The ordinary
 # tier without root, then the podman end-to-end essentials and the plan goldens as root;
@@ -60,7 +60,7 @@ rpm-rhel9: py39-venv
 
 # SELinux enforcing, for real: Debian 12 guests under QEMU, one with refpolicy and one with
 # Fedora's targeted policy 38.1 + container-selinux (built from ../shared/tools/sources), run the
-# checks of tests/enforcing/guest_checks.py with runc and crun (README "Testing under SELinux
+# checks of tests/enforcing/guest_checks.py with runc and crun (CONTRIBUTING.md, "Testing under SELinux
 # enforcing"). Results: build/enforcing/. ENFORCING_ARGS="--policies=fedora --checks=labels".
 test-enforcing: deps
 	$(PYTHON) tests/enforcing/vm.py $(ENFORCING_ARGS)

@@ -1,4 +1,4 @@
-# `make install` / `make uninstall`: the by-hand installation (README "Installing on a host").
+# `make install` / `make uninstall`: the by-hand installation (docs/installing.md).
 # Included by the top-level Makefile. DESTDIR (staging root) and PREFIX aware:
 #
 #   make install                          PREFIX=/usr: the same paths as the RPM

@@ -36,7 +36,7 @@ def main() -> int:
     step(f"building the synthetic driver (libsynth, synth-smi; this kernel's devices: {nodes})")
     driver = synthetic.build_driver(WORK / "driver")
     if selinux_enabled():
-        # As README tells users: a driver tree containers share is labelled for them.
+        # As docs/selinux.md tells users: a driver tree containers share is labelled for them.
         step(f"SELinux is enabled: ocihook selinux relabel {driver}")
         relabel = [sys.executable, "-c", "from ocihook.cli.main import main; main()"]
         subprocess.run([*relabel, "selinux", "relabel", str(driver)], check=True)

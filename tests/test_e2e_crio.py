@@ -209,14 +209,15 @@ def test_installer_registration_with_the_docs_drop_in_is_what_crio_runs(
 ):
     """packaging/kubernetes/ocihook-installer, run as on a node (HOST_ROOT=/), writes its
     registration into its default HOOKS_DIR, /etc/containers/oci/hooks.d, which the drop-in of
-    docs/kubernetes.md adds to CRI-O's hooks_dir (this crio's main config names an empty dir:
-    only the drop-in's dirs count). Every node path is relocated under crio.node. CRI-O picks
-    the file up without a restart (it watches hooks_dir); the same file name in the later dir
-    wins over the test's own registration in /usr/share/containers/oci/hooks.d."""
+    docs/kubernetes.md (and of docs/installing.md, for one host) adds to CRI-O's hooks_dir
+    (this crio's main config names an empty dir: only the drop-in's dirs count). Every node
+    path is relocated under crio.node. CRI-O picks the file up without a restart (it watches
+    hooks_dir); the same file name in the later dir wins over the test's own registration in
+    /usr/share/containers/oci/hooks.d."""
     docs = (REPO / "docs/kubernetes.md").read_text()
     dirs = crio_support.hooks_dirs(crio_support.docs_drop_in(docs))
-    readme = crio_support.hooks_dirs(crio_support.docs_drop_in((REPO / "README.md").read_text()))
-    assert readme == dirs
+    installing = (REPO / "docs/installing.md").read_text()  # the same drop-in, for one host
+    assert crio_support.hooks_dirs(crio_support.docs_drop_in(installing)) == dirs
     script = k8s.INSTALLER.read_text()
     default = re.search(r"HOOKS_DIR=\$\{HOOKS_DIR:-(/[^}]+)\}", script).group(1)
     assert default in dirs

@@ -1,4 +1,4 @@
-"""`make install` / `make uninstall` (README "Installing on a host"), DESTDIR and PREFIX aware.
+"""`make install` / `make uninstall` (docs/installing.md), DESTDIR and PREFIX aware.
 
 The real check installs into a staging root and then, in a private mount namespace
 (`unshare --mount --propagation private`), lays that root's /usr and /etc over the host's
