@@ -3,7 +3,7 @@
 Whether the hook runs so is decided by the hook's own process, never by the container
 (state.hook_namespace: its /proc/self/uid_map is the identity map only in the initial user
 namespace, where root podman and CRI-O run hooks), and this module is imported only then.
-What differs (README "Rootless podman"):
+What differs (docs/rootless.md):
 
 - device nodes are bind-mounted from the host (no mknod in a user namespace);
 - the device cgroup is left alone: on cgroup v1 only host root may write devices.allow, on
