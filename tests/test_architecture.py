@@ -53,7 +53,7 @@ LAYERS = {
         "ocihook.selinux.names",
         "ocihook.structs",
         "ocihook.linux.trusted",
-        "ocihook.check.tomlread",
+        "ocihook.check.tomlfile",
     },
     "model": {  # plain data, pure decisions and formatting
         "ocihook.audit.explain",
