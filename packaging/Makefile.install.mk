@@ -16,6 +16,10 @@
 # python3-yaml python3-jsonschema python3-selinux); `make install` says which
 # are missing. The SELinux module is built and installed as a file; it is loaded
 # (semodule -i) only when SELinux is enabled and DESTDIR is empty, else the step is printed.
+# `ocihook check` reads TOML with tomllib; a HOOK_PYTHON without it (before 3.11: RHEL 9's 3.9)
+# gets the tomli the RPM bundles, in ocihook/_vendor/tomli with its LICENSE: the wheel of the
+# spec's version and sha256, fetched by packaging/fetch-tomli.sh with HOOK_PYTHON's pip into
+# BUNDLE_DIR (offline: put the wheel there first).
 
 HOOK_PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr
@@ -36,6 +40,7 @@ PYTHON_SITEDIR ?= $(shell $(HOOK_PYTHON) -c "import sysconfig as s; n = s.get_sc
 	base = '/usr' if scheme == 'posix_local' else p; \
 	print(s.get_path('purelib', scheme, vars={'base': base, 'platbase': base}))")
 INSTALL_DEPS := click yaml jsonschema
+BUNDLE_DIR ?= $(CURDIR)/build/bundled
 # The module is built in a copy (build/selinux): the checkout stays clean.
 SELINUX_PP := build/selinux/ocihook.pp
 
@@ -47,6 +52,18 @@ install:
 	rm -rf "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
 	find ocihook -name '*.py' -o -name '*.json' | while read -r f; do \
 		install -D -m 0644 "$$f" "$(DESTDIR)$(PYTHON_SITEDIR)/$$f" || exit 1; done
+	@if ! $(HOOK_PYTHON) -I -c "import tomllib" 2>/dev/null; then \
+		echo "install: $(HOOK_PYTHON) has no tomllib: tomli bundled into ocihook/_vendor/tomli"; \
+		wheel=$$(packaging/fetch-tomli.sh "$(BUNDLE_DIR)" "$(HOOK_PYTHON)") || exit 1; \
+		rm -rf build/bundled-tomli && \
+		$(HOOK_PYTHON) -I -m zipfile -e "$$wheel" build/bundled-tomli && \
+		vendor="$(DESTDIR)$(PYTHON_SITEDIR)/ocihook/_vendor" && \
+		install -d -m 0755 "$$vendor/tomli" && \
+		install -m 0644 /dev/null "$$vendor/__init__.py" && \
+		install -m 0644 build/bundled-tomli/tomli/*.py "$$vendor/tomli/" && \
+		install -m 0644 build/bundled-tomli/tomli-*.dist-info/LICENSE "$$vendor/tomli/LICENSE" \
+		|| exit 1; \
+	fi
 	$(HOOK_PYTHON) -m compileall -q -d "$(PYTHON_SITEDIR)/ocihook" "$(DESTDIR)$(PYTHON_SITEDIR)/ocihook"
 	install -d -m 0755 "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LIBEXECDIR)/ocihook"
 	printf '#!%s -I\nimport sys\nfrom ocihook.cli.main import main\nsys.exit(main())\n' "$(HOOK_PYTHON)" \
@@ -115,6 +132,8 @@ install-check:
 			echo "install: SELinux is not enabled: module left in $(DATADIR)/selinux/packages/ocihook.pp (load it with semodule -i when it is)"; \
 		fi; \
 	fi
+	@$(HOOK_PYTHON) -I -c "from ocihook.check import tomlfile; tomlfile.reader()" 2>/dev/null || \
+		echo "install: $(HOOK_PYTHON) -I finds no TOML reader (tomllib, ocihook._vendor.tomli, tomli): ocihook check cannot read containers.conf" >&2
 	@echo "install: done; run: ocihook check"
 
 uninstall:

@@ -13,6 +13,9 @@
 # setuptools, no build isolation), installs it into its own site-packages layout and compiles
 # the byte code, as RHEL's /usr/bin/python3 does there. `make rpm-rhel9` sets it to
 # .venv-py39's python: RHEL 9's Python stack (docs/rpm.md).
+# The spec's Source1, the tomli wheel bundled where Python has no tomllib, is fetched by
+# packaging/fetch-tomli.sh (the spec's version and sha256, pip --require-hashes) with
+# BUNDLE_PYTHON's pip into BUNDLE_DIR, where it is kept (offline: put the wheel there).
 
 RPM_VERSION := $(shell sed -n 's/^__version__ = "\([^"]*\)"$$/\1/p' ocihook/__init__.py)
 RPM_TOPDIR ?= $(CURDIR)/build/rpm
@@ -20,6 +23,8 @@ RPM_TARBALL := $(RPM_TOPDIR)/SOURCES/ocihook-$(RPM_VERSION).tar.gz
 RPM_BUILD_FLAGS ?= $(if $(wildcard /usr/bin/dpkg),--nodeps,)
 RPMBUILD_ARGS ?=
 RPM_PYTHON ?=
+BUNDLE_DIR ?= $(CURDIR)/build/bundled
+BUNDLE_PYTHON ?= $(if $(RPM_PYTHON),$(RPM_PYTHON),python3)
 
 .PHONY: rpm
 
@@ -35,6 +40,8 @@ rpm:
 		tar -czf $(RPM_TARBALL) --transform 's|^\./|ocihook-$(RPM_VERSION)/|' \
 			--exclude=./build --exclude=./.venv --exclude=./.git --exclude='*.pyc' .; \
 	fi
+	wheel=$$(packaging/fetch-tomli.sh "$(BUNDLE_DIR)" "$(BUNDLE_PYTHON)") && \
+		cp "$$wheel" $(RPM_TOPDIR)/SOURCES/
 	cp packaging/ocihook.spec $(RPM_TOPDIR)/SPECS/
 	rpmbuild -ba $(RPM_BUILD_FLAGS) $(RPMBUILD_ARGS) \
 		--define "_topdir $(RPM_TOPDIR)" \

@@ -281,11 +281,6 @@ def _unmet(mark: str) -> str | None:
     if mark == "py39":
         why = py39.missing()
         return f"needs RHEL 9's Python stack (.venv-py39): {why}" if why else None
-    if mark == "tomllib":
-        from tests.support.tomllib_python import tomllib_python
-
-        if tomllib_python() is None:
-            return "needs a Python 3.11+ (tomllib, the reference TOML reader) here or on PATH"
     return None
 
 
@@ -322,7 +317,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if item.get_closest_marker("vm") and _unmet("vm"):  # never a tier of make test
             item.add_marker(pytest.mark.skip(reason=_unmet("vm")))
-        marks = ("root", "podman", "rootless", "crio", "go", "py39", "tomllib", "fedora_sources")
+        marks = ("root", "podman", "rootless", "crio", "go", "py39", "fedora_sources")
         for mark in marks:
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:

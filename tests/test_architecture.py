@@ -37,7 +37,7 @@ LAYERS = {
         "ocihook.check.goregexp.*",
         "ocihook.check.findings",
         "ocihook.check.hooksd",
-        "ocihook.check.tomlread",
+        "ocihook.check.tomlfile",
         "ocihook.config.schemaerrors",
         "ocihook.selinux",
         "ocihook.selinux.names",

@@ -133,7 +133,10 @@ def test_containers_conf_override_comes_last_from_podman_4_5(root, tmp_path):
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("[engine\nhooks_dir = []\n", " line 1: expected ']' at the end of the table header"),
+        (
+            "[engine\nhooks_dir = []\n",
+            " line 1, column 8: expected ']' at the end of a table declaration",
+        ),
         ('[engine]\nhooks_dir = "/x"\n', ": hooks_dir must be an array of strings, not a string"),
         ("[engine]\nhooks_dir = [1]\n", ": hooks_dir must hold strings, not a int"),
         ("engine = 1\n", ": engine must be a table, not a int"),
@@ -210,7 +213,8 @@ def test_crio_config_files_it_cannot_read(tmp_path):
     assert reader.problems == [
         f"{tmp_path}/crio.conf: hooks_dir must be an array of strings, not a string: CRI-O does "
         "not start until it is fixed",
-        f"{tmp_path}/crio.conf.d/a line 1: expected a key: CRI-O does not start until it is fixed",
+        f"{tmp_path}/crio.conf.d/a: at the end of the file: invalid initial character for a key "
+        "part: CRI-O does not start until it is fixed",
     ]
 
 
@@ -231,9 +235,10 @@ def crio_config(tmp_path: Path, env: dict) -> list[str]:
         },
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    from ocihook.check import tomlread
+    from ocihook.check import tomlfile
 
-    found, value = tomlread.lookup(tomlread.loads(result.stdout), ("crio", "runtime", "hooks_dir"))
+    document = tomlfile.parse(result.stdout.encode(), "crio config")
+    found, value = tomlfile.lookup(document, ("crio", "runtime", "hooks_dir"))
     if found:
         return value
     # crio config comments out a value that is CRI-O's default: "# hooks_dir = [" ... "# ]"
@@ -241,7 +246,7 @@ def crio_config(tmp_path: Path, env: dict) -> list[str]:
     start = lines.index("# hooks_dir = [")
     end = lines.index("# ]", start)
     block = "\n".join(line[2:] for line in lines[start : end + 1])
-    return tomlread.loads(block)["hooks_dir"]
+    return tomlfile.parse(block.encode(), "crio config")["hooks_dir"]
 
 
 @pytest.mark.crio

@@ -19,7 +19,13 @@ import pytest
 import ocihook
 
 REPO = Path(__file__).resolve().parent.parent
-REQUIRES = {"click>=7.1.2", "PyYAML>=5.4.1", "jsonschema>=3.2.0", "selinux"}
+REQUIRES = {
+    "click>=7.1.2",
+    "PyYAML>=5.4.1",
+    "jsonschema>=3.2.0",
+    "selinux",
+    'tomli>=1.1.0;python_version<"3.11"',  # tomllib from 3.11 (ocihook/check/tomlfile.py)
+}
 
 
 def checkout_files() -> list[str]:

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,13 @@ VERSION = re.search(
     r'^__version__ = "([^"]+)"$', (REPO / "ocihook/__init__.py").read_text(), re.M
 ).group(1)
 RELEASE = "1"
+SPEC = (REPO / "packaging/ocihook.spec").read_text()
+TOMLI = re.search(r"^%global tomli_version (\S+)$", SPEC, re.M)[1]
+TOMLI_WHEEL = f"tomli-{TOMLI}-py3-none-any.whl"
+# The bundled tomli's modules (where Python has no tomllib: the RHEL 9 build).
+VENDOR = ["_vendor/__init__.py"] + [
+    f"_vendor/tomli/{name}.py" for name in ("__init__", "_parser", "_re", "_types")
+]
 HOST_PYTHON = "/usr/bin/python3"
 SITELIB = "/usr/lib/python3/dist-packages"  # Debian's: where the fallback installs
 PYTAG = "cpython-{}{}".format(
@@ -110,14 +118,20 @@ def test_make_rpm_builds_srpm_and_both_noarch_rpms(build):
     assert built == sorted(
         p.relative_to(build.topdir) for p in (build.main, build.selinux, build.srpm)
     )
-    assert query(build.srpm, "-l") == [f"ocihook-{VERSION}.tar.gz", "ocihook.spec"]
+    # the tomli wheel: the SRPM holds every source, whichever Python it is rebuilt with
+    assert query(build.srpm, "-l") == [f"ocihook-{VERSION}.tar.gz", "ocihook.spec", TOMLI_WHEEL]
+    # this Python (3.11) has tomllib: nothing bundled, Apache-2.0 alone
     assert query(build.main, "--qf", "%{VERSION}-%{RELEASE} %{ARCH} %{LICENSE}") == [
         f"{VERSION}-{RELEASE} noarch Apache-2.0"
     ]
+    assert not [p for p in query(build.main, "--provides") if "tomli" in p]
 
 
-def expected_main_files(source: Path, sitelib: str = SITELIB, pytag: str = PYTAG) -> set[str]:
+def expected_main_files(
+    source: Path, sitelib: str = SITELIB, pytag: str = PYTAG, bundled: bool = False
+) -> set[str]:
     package = run(["git", "-C", str(source), "ls-files", "ocihook"], check=True).stdout.split()
+    package += [f"ocihook/{name}" for name in VENDOR] if bundled else []
     files = {"/usr/bin/ocihook"}
     dirs = {f"{sitelib}/ocihook"}
     for name in package:
@@ -151,6 +165,8 @@ def expected_main_files(source: Path, sitelib: str = SITELIB, pytag: str = PYTAG
         f"/usr/share/doc/ocihook-{VERSION}/README.md",
         f"/usr/share/licenses/ocihook-{VERSION}/LICENSE",
     }
+    if bundled:
+        files.add(f"/usr/share/licenses/ocihook-{VERSION}/LICENSE.tomli")
     dirs |= {
         "/usr/libexec/ocihook",
         "/usr/share/containers",
@@ -220,6 +236,7 @@ def test_requires(build):
     assert MAIN_REQUIRES <= names
     assert "python(abi)" in names
     assert "container-selinux" not in names
+    assert not [n for n in names if "tomli" in n]
     selinux = query(build.selinux, "--requires")
     assert "container-selinux" in selinux
     assert f"ocihook = {VERSION}-{RELEASE}" in selinux
@@ -402,11 +419,58 @@ def test_rhel9_build_makes_the_named_wheel_into_the_39_sitelib(rhel9):
     assert f"filename=ocihook-{VERSION}-py3-none-any.whl" in log
     assert "UNKNOWN" not in log
     files = set(query(rhel9.build.main, "-l"))
-    assert files == expected_main_files(rhel9.build.source, PY39_SITELIB, "cpython-39")
+    assert files == expected_main_files(rhel9.build.source, PY39_SITELIB, "cpython-39", True)
     metadata = rhel9.root / PY39_SITELIB.lstrip("/") / f"ocihook-{VERSION}.dist-info/METADATA"
     head = metadata.read_text().split("\n\n")[0].splitlines()
     assert "Name: ocihook" in head and f"Version: {VERSION}" in head
     assert "python(abi) = 3.9" in query(rhel9.build.main, "--requires")
+
+
+def test_rhel9_rpm_bundles_tomli_with_its_licence_and_provides(rhel9):
+    """Python 3.9 has no tomllib and RHEL 9 no tomli: the RPM bundles the registry's wheel of
+    the spec's version (its modules, unchanged, in ocihook/_vendor/tomli), its MIT licence
+    under %license, and says so (Provides: bundled(...), License), asking for no tomli."""
+    main = rhel9.build.main
+    assert query(main, "--qf", "%{LICENSE}") == ["Apache-2.0 AND MIT"]
+    assert query(rhel9.build.selinux, "--qf", "%{LICENSE}") == ["Apache-2.0"]
+    assert f"bundled(python3dist(tomli)) = {TOMLI}" in query(main, "--provides")
+    assert not [r for r in query(main, "--requires") if "tomli" in r]
+    licence = f"/usr/share/licenses/ocihook-{VERSION}/LICENSE.tomli"
+    assert file_table(main)[licence] == ("100644", "l")
+    wheel = zipfile.ZipFile(rhel9.build.topdir / "SOURCES" / TOMLI_WHEEL)
+    text = (rhel9.root / licence.lstrip("/")).read_bytes()
+    assert text == wheel.read(f"tomli-{TOMLI}.dist-info/LICENSE") and b"MIT License" in text
+    sitelib = rhel9.root / PY39_SITELIB.lstrip("/") / "ocihook"
+    for name in VENDOR[1:]:
+        module = name.split("/")[-1]
+        assert (sitelib / name).read_bytes() == wheel.read(f"tomli/{module}"), name
+    assert (sitelib / VENDOR[0]).read_bytes() == b""
+
+
+def test_rhel9_installed_check_reads_toml_with_the_bundled_tomli(rhel9, tmp_path):
+    """`ocihook check` of the RPM under Python 3.9: containers.conf read, a malformed one
+    reported with its line and column, by ocihook._vendor.tomli (.venv-py39 has a tomli
+    too: the bundled one comes first)."""
+    env = py39_env(rhel9)
+    code = "from ocihook.check import tomlfile; print(tomlfile.reader().__file__)"
+    where = run([str(rhel9.python), "-c", code], env=env, cwd=tmp_path, check=True)
+    assert where.stdout.strip() == (f"{rhel9.root}{PY39_SITELIB}/ocihook/_vendor/tomli/__init__.py")
+    command = [str(rhel9.root / "usr/bin/ocihook"), "check", "--config"]
+    command.append(str(REPO / "packaging/config.yaml"))
+    good = tmp_path / "containers.conf"
+    good.write_text('[engine]\nhooks_dir = [\n  "/opt/hooks.d",  # ocihook\n]\n')
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[engine]\nhooks_dir = ['/a'\n[engine]\n")
+    checked = {}
+    for conf in (good, bad):
+        env = {**py39_env(rhel9), "CONTAINERS_CONF": str(conf), "PATH": "/usr/bin:/bin"}
+        checked[conf] = run(command, env=env, cwd=tmp_path, timeout=120)
+        assert "internal error" not in checked[conf].stderr, checked[conf].stderr
+    assert f"hooks dirs: podman reads /opt/hooks.d (hooks_dir in {good})" in checked[good].stdout
+    assert (
+        f"FAILED  {bad} line 3, column 1: unclosed array: podman runs no container until it "
+        "is fixed"
+    ) in checked[bad].stdout, checked[bad].stdout
 
 
 def test_rhel9_completion_scripts_are_click_7s(rhel9):

@@ -36,7 +36,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ocihook.check import tomlread
+from ocihook.check import tomlfile
 
 DEFAULT_DIR = "/usr/share/containers/oci/hooks.d"
 OVERRIDE_DIR = "/etc/containers/oci/hooks.d"
@@ -179,7 +179,7 @@ def _kind(value: object) -> str:
 def _read(path: str, required: bool, reader: Reader, stops: str) -> dict | None:
     """A config file's TOML, or None (missing, or a problem recorded)."""
     try:
-        document = tomlread.load(path)
+        document = tomlfile.load(path)
     except FileNotFoundError:
         if required:
             reader.problems.append(f"{path}: does not exist: {stops}")
@@ -190,7 +190,7 @@ def _read(path: str, required: bool, reader: Reader, stops: str) -> dict | None:
             return None
         reader.problems.append(f"{path}: {error.strerror}: {stops}")
         return None
-    except tomlread.TomlError as error:
+    except tomlfile.TomlError as error:
         reader.problems.append(f"{error}: {stops}")
         return None
     reader.files.append(path)
@@ -209,7 +209,7 @@ def podman_reader(
         document = _read(path, path in required, reader, stops)
         if document is None:
             continue
-        present, engine = tomlread.lookup(document, ("engine",))
+        present, engine = tomlfile.lookup(document, ("engine",))
         if not present:
             continue
         if not isinstance(engine, dict):
@@ -276,7 +276,7 @@ def crio_reader(env: Mapping[str, str], root: str = "/") -> Reader:
         document = _read(path, path in required, reader, stops)
         if document is None:
             continue
-        present, value = tomlread.lookup(document, ("crio", "runtime", "hooks_dir"))
+        present, value = tomlfile.lookup(document, ("crio", "runtime", "hooks_dir"))
         if not present:
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

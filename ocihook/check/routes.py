@@ -28,7 +28,7 @@ import json
 import os
 from typing import Mapping
 
-from ocihook.check import hooksd, tomlread
+from ocihook.check import hooksd, tomlfile
 from ocihook.check.findings import OK, WARNING, Finding
 from ocihook.check.hooksdirs import Reader
 from ocihook.check.registration import json_files
@@ -74,8 +74,8 @@ def cgroup_manager(reader: Reader, env: Mapping[str, str], booted: bool) -> tupl
         manager, origin = "cgroupfs", "default: systemd is not PID 1"
     for path in reader.files:
         try:
-            present, value = tomlread.lookup(tomlread.load(path), keys)
-        except (OSError, tomlread.TomlError):
+            present, value = tomlfile.lookup(tomlfile.load(path), keys)
+        except (OSError, tomlfile.TomlError):
             continue  # hooksdirs reported it
         if present and isinstance(value, str):
             manager, origin = value, f"cgroup_manager in {path}"
