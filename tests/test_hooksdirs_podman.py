@@ -183,8 +183,8 @@ def test_a_broken_containers_conf_stops_podman_and_check_says_where(bed):
     report = bed.check()
     assert result.returncode != 0 and "decode configuration" in result.stderr
     assert (
-        f"FAILED  {bed.containers_conf} line 2: an array that is never closed: podman runs no "
-        "container until it is fixed\n"
+        f"FAILED  {bed.containers_conf}: at the end of the file: unclosed array: podman runs "
+        "no container until it is fixed\n"
     ) in report, report
 
 

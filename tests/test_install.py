@@ -48,7 +48,7 @@ EXPECTED = {
     "usr/bin/ocihook": 0o755,
     "usr/libexec/ocihook/ocihook-hook": 0o755,
     f"{SITELIB}/ocihook/__init__.py": 0o644,
-    f"{SITELIB}/ocihook/schema.json": 0o644,
+    f"{SITELIB}/ocihook/config/schema.json": 0o644,
     f"{SITELIB}/ocihook/audit/records.py": 0o644,
     "usr/share/containers/oci/hooks.d/ocihook.json": 0o644,
     "usr/share/ocihook/examples/ocihook-env.json": 0o644,

@@ -397,7 +397,7 @@ def test_rootless_trust_rule_inside_the_namespace(rootless_setup, tmp_path):
         script = (
             "import json, os, sys\n"
             f"sys.path.insert(0, {str(rootless_setup.dir / 'pkg')!r})\n"
-            "from ocihook import rootless, state\n"
+            "from ocihook.request import rootless, state\n"
             "ns = state.detect_namespace()\n"
             f"names = {sorted(files)!r}\n"
             f"base = {str(base)!r}\n"
@@ -442,7 +442,7 @@ def test_rootless_runtime_dir_must_be_the_users(rootless_setup, tmp_path):
         script = (
             "import sys\n"
             f"sys.path.insert(0, {str(rootless_setup.dir / 'pkg')!r})\n"
-            "from ocihook import rootless, state\n"
+            "from ocihook.request import rootless, state\n"
             "from ocihook.errors import OcihookError\n"
             "ns = state.detect_namespace()\n"
             f"for case in {[*cases, 'missing']!r}:\n"

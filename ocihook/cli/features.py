@@ -49,7 +49,8 @@ def check_problem(config_path: str, hooks_dirs: tuple[str, ...]) -> str | None:
     for directory in hooks_dirs:
         args += ["--hooks-dir", directory]
     # The same ocihook as this one, wherever it was imported from (an installer's lib dir).
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # (this file is <parent>/ocihook/cli/features.py)
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     result = subprocess.run(args, capture_output=True, timeout=120, env=env)
