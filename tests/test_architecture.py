@@ -79,6 +79,12 @@ LAYERS = {
     "discovery": {  # reads the host by fd, changes nothing
         "ocihook.discover.devices",
         "ocihook.discover.build",
+        "ocihook.discover.binaries",
+        "ocihook.discover.devicenodes",
+        "ocihook.discover.files",
+        "ocihook.discover.firmware",
+        "ocihook.discover.found",
+        "ocihook.discover.libraries",
         "ocihook.discover.gpudirect",
         "ocihook.check.hooksdirs",
         "ocihook.discover.imex",

@@ -1,17 +1,29 @@
-"""The kind of a file a profile entry matched, chosen by the kinds table alone
-(kinds.found_kind: the section, the file's type, the lib dir).
+"""Discovery by the profile's sections (issue 32): one discoverer per section
+(discover/build.py's DISCOVERERS), and the kind of a file an entry matched chosen by the
+kinds table alone (kinds.found_kind: the section, the file's type, the lib dir).
 
-Ordinary tier: the tables.
+Ordinary tier: the tables, and small trees planned in-process (no device nodes, no root).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import stat
+from pathlib import Path
 
 import pytest
+import yaml
 
+from ocihook.config.compiled import compile_config
+from ocihook.discover import build
+from ocihook.discover.build import DISCOVERERS, build_plan
+from ocihook.discover.roots import Roots
+from ocihook.errors import OcihookError
 from ocihook.plan import kinds
 from ocihook.plan.kinds import BY_SOURCE, KINDS, SECTIONS, found_kind, section_kind
+from ocihook.request.parse import parse_request
+from tests.support import synthetic
 
 MODES = {"file": stat.S_IFREG, "sock": stat.S_IFSOCK, "dir": stat.S_IFDIR}
 
@@ -76,6 +88,97 @@ def test_kind_constants_are_the_table_rows():
     assert constants == set(KINDS)
 
 
+def test_every_section_has_its_discoverer_in_its_own_module():
+    assert list(DISCOVERERS) == [*SECTIONS, "devices"]
+    modules = {discover.__module__ for discover in DISCOVERERS.values()}
+    assert len(modules) == len(DISCOVERERS)
+    assert all(m.startswith("ocihook.discover.") and m != build.__name__ for m in modules)
+
+
 def test_every_kinds_section_is_a_profile_list():
     for kind in KINDS.values():
         assert set(kind.sections) <= set(SECTIONS), kind.name
+
+
+# -- small trees: what the discoverers find --------------------------------------------------
+
+
+def _plan(root: Path, tmp: Path, **lists):
+    document = {"name": "sections", **lists}
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(synthetic.config(root, profile=document)))
+    config = compile_config(str(path))[0]
+    request = parse_request("all", "test")
+    with Roots(str(root), str(root)) as roots:
+        return build_plan(config, roots, request)
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    root = tmp_path / "root"
+    for d in ("usr/bin", "lib/firmware/x", "run/x/pipe", "etc"):
+        (root / d).mkdir(parents=True)
+    (root / "usr/bin/tool").write_bytes(b"#!/bin/sh\n")
+    (root / "usr/bin/tool").chmod(0o755)
+    (root / "usr/bin/tooldir").mkdir()
+    (root / "lib/firmware/x/a.bin").write_bytes(b"fw")
+    (root / "etc/x.conf").write_text("x\n")
+    os.mkfifo(root / "run/x/fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "run/x/socket"))
+    sock.close()
+    return root
+
+
+def test_each_match_gets_its_file_types_kind(tree, tmp_path):
+    result = _plan(
+        tree,
+        tmp_path,
+        binaries=["tool", "tooldir", "absent"],
+        firmware=["/lib/firmware/x/*.bin", "/run/x/socket"],
+        files=[
+            "/etc/x.conf",
+            {"path": "/run/x/fifo", "optional": True},
+            {"path": "/run/x/pipe", "writable": True},
+            {"path": "/run/x/none", "optional": True},
+        ],
+    )
+    mounts = [(m.target, m.kind, m.writable) for m in result.mounts]
+    assert mounts == [
+        ("/usr/bin/tool", kinds.BINARY, False),
+        ("/lib/firmware/x/a.bin", kinds.FIRMWARE, False),
+        ("/run/x/socket", kinds.SOCKET, False),
+        ("/etc/x.conf", kinds.FILE, False),
+        ("/run/x/pipe", kinds.DIRECTORY, True),
+    ]
+    assert result.unmatched == ["binaries: tooldir", "binaries: absent", "file: /run/x/none"]
+
+
+def test_the_first_path_entry_naming_a_target_wins(tree, tmp_path):
+    """Firmware and files entries share their targets (the first wins); a binary and a file
+    at one target are two mounts, as the plan always had them."""
+    result = _plan(
+        tree,
+        tmp_path,
+        binaries=["tool"],
+        firmware=["/lib/firmware/x/a.bin"],
+        files=["/lib/firmware/x/a.bin", {"path": "/etc/x.conf", "target": "/usr/bin/tool"}],
+    )
+    mounts = [(m.target, m.kind) for m in result.mounts]
+    assert mounts == [
+        ("/usr/bin/tool", kinds.BINARY),
+        ("/lib/firmware/x/a.bin", kinds.FIRMWARE),
+        ("/usr/bin/tool", kinds.FILE),
+    ]
+
+
+def test_missing_entries(tree, tmp_path):
+    result = _plan(tree, tmp_path, firmware=["/lib/firmware/x/{version}/*.bin", "/nope/a"])
+    assert result.unmatched == [
+        "firmware: /lib/firmware/x/{version}/*.bin (no driver version)",
+        "firmware: /nope/a",
+    ]
+    with pytest.raises(OcihookError, match="file /nope/a not found"):
+        _plan(tree, tmp_path, files=["/nope/a"])
+    with pytest.raises(OcihookError, match="no driver files found"):
+        _plan(tree, tmp_path, binaries=["absent"])
