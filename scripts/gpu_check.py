@@ -139,7 +139,8 @@ def facts(checks: Checks, truth: dict, smi: str | None) -> None:
 def nvml_step(checks: Checks, config: dict, truth: dict) -> None:
     """ocihook's own NVML child against the real library: it must agree with nvidia-smi."""
     from ocihook.discover import nvidia
-    from ocihook.discover.build import _LibraryFinder, driver_version
+    from ocihook.discover.build import driver_version
+    from ocihook.discover.libfinder import LibraryFinder as _LibraryFinder
     from ocihook.discover.roots import Roots
 
     with Roots(config["source_root"], config["device_root"]) as roots:

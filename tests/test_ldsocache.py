@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.discover.build import Roots, read_kernel_version, version_suffix_ok
+from ocihook.discover.build import Roots, read_kernel_version
+from ocihook.discover.libfinder import version_suffix_ok
 from ocihook.errors import OcihookError
 from ocihook.ld import cachefile
 from tests.support import hosts, synthetic

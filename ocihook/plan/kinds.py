@@ -81,60 +81,87 @@ class Kind(Struct):
         return (access, "nosuid", "nodev") + (() if self.executable else ("noexec",))
 
 
+# The kinds by name (Mount.kind): code names a kind by these, never by a string literal.
+LIBRARY = "library"
+LIBRARY32 = "library32"
+BINARY = "binary"
+FIRMWARE = "firmware"
+FILE = "file"
+SOCKET = "socket"
+DIRECTORY = "directory"
+
 KINDS = {
     kind.name: kind
     for kind in (
         Kind(
-            "library", "file", ("file",), True, "lib_dir", ("libraries",), False,
+            LIBRARY, "file", ("file",), True, "lib_dir", ("libraries",), False,
             LABEL_SHARED, "library", "library",
         ),
         Kind(
-            "library32", "file", ("file",), True, "lib_dir32", ("libraries",), False,
+            LIBRARY32, "file", ("file",), True, "lib_dir32", ("libraries",), False,
             LABEL_SHARED, "library32", "library32",
         ),
         Kind(
-            "binary", "file", ("file",), True, None, ("binaries",), False,
+            BINARY, "file", ("file",), True, None, ("binaries",), False,
             LABEL_SHARED, "binary", "binary",
         ),
         Kind(
-            "firmware", "file", ("file",), False, None, ("firmware",), False,
+            FIRMWARE, "file", ("file",), False, None, ("firmware",), False,
             LABEL_SHARED, "firmware", "firmware",
         ),
         Kind(
-            "file", "file", ("file",), False, None, ("files",), False,
+            FILE, "file", ("file",), False, None, ("files",), False,
             LABEL_SHARED, "file", "file",
         ),
         Kind(
-            "socket", "sock", ("file", "sock"), False, None, ("files", "firmware"), False,
+            SOCKET, "sock", ("file", "sock"), False, None, ("files", "firmware"), False,
             LABEL_SHARED, "socket", "socket",
         ),
         Kind(
-            "directory", "dir", ("dir",), False, None, ("files",), True,
+            DIRECTORY, "dir", ("dir",), False, None, ("files",), True,
             LABEL_SHARED, "directory", "directory",
         ),
     )
 }  # fmt: skip
-# The profile lists that name driver files, in the order discovery reads them.
+# The profile lists that name driver files, in the order discovery reads them (each has its
+# discoverer, discover/build.py's DISCOVERERS).
 SECTIONS = ("libraries", "binaries", "firmware", "files")
 # Looked up for every injected file: computed once from KINDS.
 MOUNT_FLAGS = {(k.name, rw): k.flags(rw) for k in KINDS.values() for rw in (False, True)}
 _SOURCE_TESTS = {k.name: _TESTS[k.source] for k in KINDS.values()}
-_IN_SECTION = {s: [k for k in KINDS.values() if s in k.sections] for s in SECTIONS}
+# File type (stat.S_IFMT of st_mode) -> its short name: one dict lookup per file found.
+_SHORT_BY_IFMT = {
+    stat.S_IFLNK: "link",
+    stat.S_IFDIR: "dir",
+    stat.S_IFREG: "file",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "sock",
+    stat.S_IFCHR: "chr",
+    stat.S_IFBLK: "blk",
+}
+# What a file that an entry of a profile list matched becomes: the list's kind for the
+# file's type and the lib dir it goes to. Only `libraries` has two kinds of one file type
+# (its 64- and 32-bit copies, which go to two lib dirs); a `files` entry may match a regular
+# file, a socket or a directory, a `firmware` entry a regular file or a socket. No two kinds
+# of one list share both (tests/test_discover_sections.py), so the choice is the table's.
+BY_SOURCE = {
+    (section, kind.source, kind.lib_dir): kind
+    for kind in KINDS.values()
+    for section in kind.sections
+}
+
+
+def found_kind(section: str, mode: int, lib_dir: str | None = None) -> Kind | None:
+    """The kind of a file that an entry of the profile list `section` matched, by its file
+    type (st_mode) and the lib dir it goes to (a Kind.lib_dir; None but for libraries);
+    None: a file that list does not inject."""
+    return BY_SOURCE.get((section, _SHORT_BY_IFMT.get(stat.S_IFMT(mode)), lib_dir))
 
 
 def section_kind(section: str) -> Kind:
-    """The kind a profile list's entries are named by in messages ("firmware: ...")."""
-    return _IN_SECTION[section][0]
-
-
-def found_kind(section: str, mode: int) -> Kind | None:
-    """The kind of a file that an entry of the profile list `section` matched, by its file
-    type (a `files` entry may be a regular file, a socket or a directory); None: not one
-    that list injects."""
-    for kind in _IN_SECTION[section]:
-        if _SOURCE_TESTS[kind.name](mode):
-            return kind
-    return None
+    """The kind a path-named profile list's entries are named by in messages ("firmware:
+    ...", "file: ..."): that of a regular file it matched."""
+    return BY_SOURCE[section, "file", None]
 
 
 def is_source(kind: str, mode: int) -> bool:

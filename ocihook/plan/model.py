@@ -6,7 +6,7 @@ library dirs, device node strategy, file label, ld cache writer), executed by ap
 from __future__ import annotations
 
 from ocihook.plan.devrules import DeviceRule
-from ocihook.plan.kinds import KINDS, MOUNT_FLAGS
+from ocihook.plan.kinds import KINDS, LIBRARY, MOUNT_FLAGS
 from ocihook.structs import Struct
 
 # Where libraries go until the plan is finalized for a target (and for good when no image
@@ -191,7 +191,7 @@ class Plan(Struct):
         links = []
         for link in self.links:
             parent = link.target.rsplit("/", 1)[0]
-            kind = kinds.get(f"{parent}/{link.points_to}", "library")
+            kind = kinds.get(f"{parent}/{link.points_to}", LIBRARY)
             links.append(link.replace(target=move(link.target, kind)))
         new32 = lib_dir32 if lib_dir32 is not None else self.lib_dir32
         return self.replace(
