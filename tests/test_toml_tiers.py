@@ -2,8 +2,8 @@
 and tomli before (the RPM's bundled ocihook._vendor.tomli, else an installed one: .venv-py39
 pins the bundled version), and podman's and CRI-O's real configuration files read through
 hooksdirs give the same directories, files and problems in both tiers: these tests run under
-.venv (3.11, tomllib) and under .venv-py39 (make test-py39: 3.9.18, tomli 2.0.1), and
-from .venv the py39 test runs both and compares them. tests/test_rpm.py checks the bundled
+.venv (3.11, tomllib) and under .venv-py39 (make test-py39: 3.9.18, tomli 2.0.1), each
+against the same golden (tests/golden/toml-trees.json). tests/test_rpm.py checks the bundled
 copy in the RPM built for RHEL 9."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from ocihook.check import hooksdirs, tomlfile
 from ocihook.check.hooksdirs import DEFAULT_DIR
 from ocihook.errors import OcihookError, exit_line
 from tests.support import py39
+from tests.support.golden import golden_json
 
+GOLDEN = Path(__file__).resolve().parent / "golden" / "toml-trees.json"
 REPO = Path(__file__).resolve().parent.parent
 SPEC = (REPO / "packaging/ocihook.spec").read_text()
 TOMLI_VERSION = re.search(r"^%global tomli_version (\S+)$", SPEC, re.M)[1]
@@ -212,7 +214,7 @@ def write(path: Path, text: str | bytes) -> Path:
 
 def results(base: str) -> dict:
     """What hooksdirs reads from the realistic trees written under `base`, with `base`
-    written ROOT: comparable between interpreters (the py39 test runs this under 3.9)."""
+    written ROOT: the same for every interpreter (the golden)."""
     top = Path(base)
     out: dict = {"reader": tomlfile.reader().__name__}
 
@@ -357,28 +359,13 @@ def test_the_error_is_the_project_s_one_line(tmp_path):
         tomlfile.load(str(tmp_path / "missing.conf"))
 
 
-@pytest.mark.py39
-def test_rhel9_s_tomli_reads_every_file_as_tomllib_does(tmp_path):
-    """The same trees read by this interpreter and by .venv-py39 (tomli 2.0.1): the same
-    directories, files and problems, to the message."""
-    if py39.is_this_interpreter():
-        pytest.skip("make test-py39: this interpreter is .venv-py39 (make test compares them)")
-    code = "import json, sys; from tests.test_toml_tiers import results; "
-    code += "print(json.dumps(results(sys.argv[1])))"
-    (tmp_path / "py39").mkdir()
-    done = subprocess.run(
-        [str(py39.python()), "-c", code, str(tmp_path / "py39")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout)
-    ours = results(str(tmp_path / "here"))
-    assert theirs.pop("reader") == "tomli"
-    assert ours.pop("reader") == ("tomllib" if sys.version_info >= (3, 11) else theirs["reader"])
-    assert theirs == ours
+def test_every_tier_reads_the_trees_as_the_golden_says(tmp_path):
+    """The trees read by this interpreter's reader against one golden: under .venv (3.11,
+    tomllib) and under .venv-py39 (make test-py39, which make test runs: tomli 2.0.1), so
+    both readers give the same directories, files and problems, to the message."""
+    out = results(str(tmp_path))
+    assert out.pop("reader") == ("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    assert out == golden_json(GOLDEN, out)
 
 
 def test_the_pins_of_the_bundled_tomli_agree():
