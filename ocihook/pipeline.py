@@ -59,7 +59,7 @@ def plan_container(
     verify: bool = False,
     describe: str | None = None,
 ) -> Planned:
-    """Discover what `request` gets from the roots (discover.build_plan: `verify` and
+    """Discover what `request` gets from the roots (discover.build.build_plan: `verify` and
     `describe` as there) and decide everything for `target` (plan.decide)."""
     plan = build_plan(config, roots, request, verify=verify, describe=describe)
     return Planned(plan, decide(config, target, plan))

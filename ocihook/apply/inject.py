@@ -1,9 +1,10 @@
 """Inject the driver into one container: plan -> decide -> clone -> enter -> finalize ->
 apply -> record.
 
-The plan comes from discovery (discover.build_plan), every decision about the container
-from target.decide; this module only runs the steps in their order, on the host and then
-in the container's mount namespace, and undoes them on failure.
+The plan and every decision about the container come from the pipeline
+(pipeline.plan_container: discovery, then plan.decide); this module only runs the steps in
+their order, on the host and then in the container's mount namespace, and undoes them on
+failure.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Update a container's dynamic linker cache: natively, or with the host's ldconfig, sandboxed.
 
 `update` carries out the plan's `ld_writer`: with "native" it writes the cache itself when it
-can be exact (ldnative: the image's cache plus the injected libraries, no process), and
+can be exact (ld.native: the image's cache plus the injected libraries, no process), and
 otherwise, or with "ldconfig", it runs the sandboxed ldconfig (`update_cache`).
 
 Nothing of the container is executed: the host's (static) ldconfig is opened on the

@@ -5,7 +5,7 @@ driver's bind mounts in `mounts`. The runtime then creates, allows and records t
 systemd gets them as `DeviceAllow=`, `runc update`/`crun update`, `podman exec` and
 `systemctl daemon-reload` keep them (docs/cgroups.md, Routes).
 
-The edit is rendered from the finalized plan's executor view (`plan.executor_view`, what
+The edit is rendered from the finalized plan's executor view (`plan.model.executor_view`, what
 the CDI spec is made of: ocihook/cdi/spec.py), nothing decided again; what the runtime
 cannot do (soname links, the ld cache, labels of what the hook creates) is left to the
 prestart stage, which skips what it finds config.json already has (ocihook/apply/owned.py).
@@ -114,7 +114,7 @@ def plan_edit(container, config: dict, request) -> dict:
 
 
 def config_edit(view: dict, sources: list[str]) -> dict:
-    """The OCI config entries for a finalized plan's executor view (`plan.executor_view`):
+    """The OCI config entries for a finalized plan's executor view (`plan.model.executor_view`):
     its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
     with the CDI spec's options, its mknod nodes as `linux.devices`, and every node's rule."""
     from ocihook.cdi.spec import _mount

@@ -8,7 +8,7 @@ rootfs by fd, execute.ContainerWriter creates the links (never in a host-shared 
 an image file in the way is an error, labelled as the spec says), and ldcache.py runs the
 host's static ldconfig sandboxed in the rootfs.
 
-What to do was decided when the spec was generated, from its config (target.decide for a
+What to do was decided when the spec was generated, from its config (plan.decide for a
 static target): each command's arguments carry it (`--selinux-label none|mount-label|LABEL`,
 `--ld-writer ldconfig|none`) and no config or default is read at container start. A spec
 written by an earlier release has neither argument: for it the defaults' `selinux` and
@@ -124,7 +124,7 @@ def _decision(
     the ld cache is updated (the sandboxed ldconfig; left to the image's loader). The spec's
     arguments say both (`label`: target.label_choice's choice, `ld_writer`: the decided
     writer or None), read by target.carried_decision for this container's mount label.
-    Where the spec says nothing (LEGACY: a spec of an earlier release), target.decide with
+    Where the spec says nothing (LEGACY: a spec of an earlier release), plan.decide with
     the defaults' `selinux` and `ldconfig` sections decides, as that release did."""
     target = Target(STATIC, container.userns, container.mount_label, None, True)
     if label is not LEGACY or ld_writer is not LEGACY:

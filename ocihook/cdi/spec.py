@@ -1,7 +1,7 @@
 """Build a CDI spec (plain dict) from a finalized plan, choose its cdiVersion, validate and
 write it.
 
-The spec is rendered from the plan's executor view (`plan.executor_view`, what `ocihook plan
+The spec is rendered from the plan's executor view (`plan.model.executor_view`, what `ocihook plan
 --json` prints), nothing decided again: one device per index plus `all`, the driver files as
 bind mounts with the plan's flags (read-only, but for a directory the profile mounts
 writable), the device nodes with the plan's modes and cgroup access, and two
@@ -110,7 +110,7 @@ def _hook(path: str, args: list[str]) -> dict:
 
 
 def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label: str) -> dict:
-    """The spec for the executor view (`plan.executor_view`) of a finalized plan of every
+    """The spec for the executor view (`plan.model.executor_view`) of a finalized plan of every
     device (request "all", described: `build_plan(..., describe="strict")`): shared edits
     (mounts, control nodes, hooks) at the top; one device per index with its nodes, named
     by the index and, where the host has one, by the GPU's UUID (`GPU-...`); one per MIG

@@ -6,7 +6,7 @@ depends on (the capabilities, their entries, the library dirs, the driver versio
 devices the request selects), then calls each section's discoverer (DISCOVERERS), which
 collects plain data (found.Found), and reads that into the Plan.
 
-All lookups go through the file descriptors of the source and device roots (roots.py) with
+All lookups go through the file descriptors of the source and device roots (discover/roots.py) with
 in-root resolution: a driver volume's symlinks can only point inside that volume.
 """
 
@@ -120,7 +120,7 @@ def build_plan(
     """The plan-building entry point: everything a container asking for `request` gets from
     the source and device roots (the devices it selects, the driver files of its
     capabilities, or the profile's default ones), with libraries under placeholder dirs.
-    `plan.finalize` places them and decides the rest for one target (target.decide).
+    `plan.decide.finalize` places them and decides the rest for one target (plan.decide).
     `verify` (`plan`, `check`): read every library the profile lists (see LibraryFinder).
     `describe` ("plan" or "strict", for the read-only commands): also every device's
     address and UUID and every MIG device of the host (devices.choose)."""

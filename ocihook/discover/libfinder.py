@@ -1,6 +1,6 @@
-"""Where a driver's libraries are: the library dirs of the source root (its ld.so.cache in the
-dynamic linker's order, else its ld.so.conf) and the profile's, searched by fd (roots.py); the
-`libraries` section (libraries.py) asks it for each entry's files."""
+"""Where a driver's libraries are: the library dirs of the source root (its ld.so.cache in
+the dynamic linker's order, else its ld.so.conf) and the profile's, searched by fd
+(discover/roots.py); the `libraries` section (libraries.py) asks it for each entry's files."""
 
 from __future__ import annotations
 

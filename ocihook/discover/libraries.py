@@ -1,7 +1,7 @@
 """The `libraries` section: each entry's files (64-bit; with the `compat32` capability also
 their 32-bit copies), found by the source root's ld cache, ld.so.conf and the profile's
 library dirs, with the links the host has to them and the soname links the container needs.
-Discovery reads, never writes: every lookup goes through the source root's fd (roots.py).
+Discovery reads, never writes: every lookup goes through the source root's fd (discover/roots.py).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _soname_links(
     chosen link has that name. The ELF is read only when the host's links do not already
     say it: a link the ld cache lists (ldconfig keyed it by the DT_SONAME) or a plain soname
     link beside the file is taken as its soname (the native ld cache writer reads every
-    injected library and refuses one whose soname names nothing: ldnative.py); `ocihook
+    injected library and refuses one whose soname names nothing: ld/native.py); `ocihook
     plan` and `check` read them all (`verify`) and refuse the same way."""
     groups: dict[str, list[Candidate]] = {}
     for candidate in chosen:

@@ -26,7 +26,7 @@ _NEW_HEADER = struct.Struct("=20sIIB3xI12x")  # magic+version, nlibs, len_string
 _NEW_ENTRY = struct.Struct("=iIIIQ")  # flags, key, value, osversion, hwcap
 
 # An entry's flags (glibc's elf/ldconfig.h): the library type in the low byte, the arch
-# bits in the high one. The one home of these values (ldnative.py writes them too).
+# bits in the high one. The one home of these values (ld/native.py writes them too).
 FLAG_ELF = 0x0001
 FLAG_ELF_LIBC6 = 0x0003
 FLAG_TYPE_MASK = 0x00FF
@@ -118,10 +118,11 @@ def read_bounded(fd: int) -> bytes:
     """The whole file open at `fd`, a regular file of at most MAX_BYTES (checked by fstat
     and again while reading: it may grow). ValueError: why not (a phrase: "not a regular
     file", "larger than 64 MiB"); OSError as the reads raise it."""
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         raise ValueError("not a regular file")
     too_big = f"larger than {MAX_BYTES >> 20} MiB"
-    if os.fstat(fd).st_size > MAX_BYTES:
+    if st.st_size > MAX_BYTES:
         raise ValueError(too_big)
     chunks, size = [], 0
     while size <= MAX_BYTES:

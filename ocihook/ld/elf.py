@@ -1,7 +1,7 @@
 """The one ELF reader: what a shared library's headers say, read through an fd.
 
 Discovery reads a driver library's class (which lib dir it belongs to) and its DT_SONAME
-(which soname link the container needs); the native ld cache writer (ldnative.py) its
+(which soname link the container needs); the native ld cache writer (ld/native.py) its
 soname, class, machine and DT_NEEDED for the cache entry's flags; the hook, `cdi-hook` and
 `ocihook check` whether the host's ldconfig is a static executable (open_static_executable).
 The file may come from a driver volume or from the container's image: hostile input. Every

@@ -1,5 +1,5 @@
 """Replace a file so that readers see the old content or the new, never a part: the one
-writer behind the hook's records and config cache (store.py), the container's ld cache
+writer behind the hook's records and config cache (linux/trusted.py), the container's ld cache
 (apply.ContainerWriter.replace_file) and the CDI spec and NFD files (write_atomic)."""
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def probe_compat(
 ) -> dict:
     """The forward compatibility decision for the image whose root is `root_fd` (its
     compat dir `directory`, library `base`, libcuda.so): a dict (mode, dir, use, library,
-    version, host_version, reason) for the plan (target.decide's pending one, decided)."""
+    version, host_version, reason) for the plan (plan.decide's pending one, decided)."""
 
     def decided(reason: str, **found) -> dict:
         return _result(mode, directory, host_version, reason, **found)

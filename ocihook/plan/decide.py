@@ -5,7 +5,7 @@ its proposed OCI config before the runtime creates it (the precreate stage), the
 line of `ocihook plan`, or a static CDI spec (`ocihook cdi generate`, and the
 `ocihook cdi-hook` commands that carry out its links and ld cache). `decide` turns the
 config, the plan from discovery and the target into a `Decision`: everything
-`plan.finalize` needs (library dirs, device node strategy, file label, ld cache writer)
+`plan.decide.finalize` needs (library dirs, device node strategy, file label, ld cache writer)
 and what the executor does around the plan (whether it edits the device cgroup). The hook,
 `ocihook plan`, `ocihook cdi generate` and `ocihook cdi-hook` all call it; nothing else
 decides these.
@@ -73,7 +73,7 @@ class Target(Struct):
 
 
 class Decision(Struct):
-    """Everything decided for one target: what `plan.finalize` stamps into the plan and
+    """Everything decided for one target: what `plan.decide.finalize` stamps into the plan and
     what the executor does around it."""
 
     __slots__ = (
@@ -126,7 +126,7 @@ class Decision(Struct):
 
 
 def decide(config: dict, target: Target, plan: Plan) -> Decision:
-    """Everything that depends on the target, for `plan` (discover.build_plan's), from the
+    """Everything that depends on the target, for `plan` (discover.build.build_plan's), from the
     config (`container`, `ldconfig` and `selinux` sections) and the facts in `target`."""
     if target.kind not in TARGET_KINDS:
         raise ValueError(f"target kind {target.kind!r}")

@@ -1,5 +1,5 @@
 """The plan: plain data saying everything one container gets and how. Built by discover
-(`build_plan`), finalized for one target (`finalize`, with what `target.decide` decided:
+(`build_plan`), finalized for one target (`finalize`, with what `plan.decide` decided:
 library dirs, device node strategy, file label, ld cache writer), executed by apply.
 `executor_view` is what `ocihook plan --json` prints and what the CDI spec is made of."""
 
@@ -20,7 +20,7 @@ FLAGS_LEGEND = "read-only unless [rw]; nosuid, nodev; noexec except libraries an
 NODE_STRATEGIES = ("mknod", "bind")
 # Flags of the bind mount of a device node (the node's own mode and the cgroup guard it).
 NODE_BIND_FLAGS = ("nosuid",)
-# How the container's ld cache is written: natively (ldnative.py; the sandboxed ldconfig
+# How the container's ld cache is written: natively (ld/native.py; the sandboxed ldconfig
 # when that cannot be exact) or by the sandboxed ldconfig; None in a plan: not at all.
 LD_WRITERS = ("native", "ldconfig")
 

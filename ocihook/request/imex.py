@@ -9,7 +9,7 @@ config's request.imex_annotation) or, with request.env, the image env variable
 (`0`, `0,2`, `0-3`). The host's nodes are the only source: a channel without a node (the
 driver makes none unless told to, and nvidia-imex-ctl or udev creates them) is an error,
 never a node made up for the container. Every node is checked to be the char device of
-that major and minor N (imexnodes.py, which reads the host).
+that major and minor N (discover/imex.py, which reads the host).
 """
 
 from __future__ import annotations

@@ -59,14 +59,14 @@ class DeviceRequest(Struct):
 
 
 def name_kind(name: str) -> str:
-    """devnames.name_kind (imported when a request has names: not for indices alone)."""
+    """request.names.name_kind (imported when a request has names: not for indices alone)."""
     from ocihook.request.names import name_kind as kind
 
     return kind(name)
 
 
 def parse_name(item: str) -> str | None:
-    """devnames.parse_name (imported when a request has names: not for indices alone)."""
+    """request.names.parse_name (imported when a request has names: not for indices alone)."""
     from ocihook.request.names import parse_name as parse
 
     return parse(item)
