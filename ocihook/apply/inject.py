@@ -207,6 +207,11 @@ class _Injection:
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
             self._close()
+            if any(e.action == grant.PIN_ACTION for e in self.edits):
+                from ocihook.cgroups import pinned  # crun 1.23+ under systemd only
+
+                for unit in pinned.sweep():  # containers whose poststop stage never ran
+                    self._debug(f"removed the pinned device programs of {unit} (gone)")
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
             if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
