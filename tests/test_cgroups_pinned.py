@@ -236,3 +236,16 @@ def test_names_and_drop_in_text():
     for bad in ("../x.scope", "a/b.scope", "", ".scope", "x.socket"):
         with pytest.raises(OcihookError):
             pinned.pin_names(bad, 1)
+
+
+def test_the_update_warning_names_the_runtimes_that_drop():
+    """Logged at start where a later podman update (5.4+) will drop the grant: crun without
+    a pinned program (before 1.23, or cgroupfs), never for runc, CRI-O or a pinned copy."""
+    v2 = grant.DeviceEdit("v2", "/sys/fs/cgroup/x", grant.V2_ACTION, ACCEL_RW)
+    pin = grant.DeviceEdit("systemd", UNIT, grant.PIN_ACTION, ACCEL_RW)
+    line = grant.update_warning([v2], "crun", crio=False)
+    assert line.startswith("warning: a podman update (podman 5.4 and later) drops these devices")
+    assert grant.update_warning([v2, pin], "crun", crio=False) is None
+    assert grant.update_warning([v2], "runc", crio=False) is None
+    assert grant.update_warning([v2], "crun", crio=True) is None
+    assert grant.update_warning([], "crun", crio=False) is None

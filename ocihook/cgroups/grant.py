@@ -462,3 +462,18 @@ def _v1_allow(dir_fd: int, path: str, lines: list[str]) -> None:
         except OcihookError:
             pass
         raise
+
+
+def update_warning(edits: list[DeviceEdit], runtime: str, crio: bool) -> str | None:
+    """The line to log when a later `podman update` will drop these grants, else None:
+    podman 5.4+ sends crun podman's own device list, and crun rebuilds its device program
+    from it unless it pinned one that systemd attaches (crun 1.23+, PIN_ACTION); runc leaves
+    the device rules alone, CRI-O sends no device list (docs/cgroups.md, "Which runtime
+    keeps what"). `runtime`: the name of the runtime that ran the hook."""
+    if crio or runtime != "crun" or not edits or any(e.action == PIN_ACTION for e in edits):
+        return None
+    return (
+        "warning: a podman update (podman 5.4 and later) drops these devices: crun rebuilds "
+        "its device program from podman's own device list (crun before 1.23, or under "
+        "cgroupfs); runc and crun 1.23+ under systemd keep them (docs/cgroups.md)"
+    )
