@@ -9,7 +9,7 @@ set -u
 SRC=$1
 OUT=$2
 cd "$SRC"
-if grep -q '"policy": "today"' enforcing-options.json; then
+if grep -qE '"policy": "(today|trixie)"' enforcing-options.json; then
     echo "== $(date +%T) today's stack: $(uname -r)"
     python3 tests/enforcing/today_checks.py "$SRC" "$OUT"
     rc=$?

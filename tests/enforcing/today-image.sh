@@ -3,7 +3,7 @@
 # 1.3, conmon 2.1, containerd 2.1, systemd 262, Python 3.14), systemd as PID 1, cgroup v2 only,
 # no SELinux (the enforcing guests cover labels; this one covers the runtimes our users run).
 #
-#   today-image.sh ROOT OUT CRICTL
+#   today-image.sh ROOT OUT CRICTL [SUITE]
 #
 # OUT gets vmlinuz, initrd.img, rootfs-today.img and versions.txt (what the image holds, and
 # from which suite and pins). CRICTL: a crictl binary for containerd's CRI (../shared/tools/
@@ -12,13 +12,15 @@
 # Suites: sid first, pinned to the versions last measured (today-pins.txt); when a pinned
 # version is gone from the mirror (sid moves), the same suite unpinned; when that fails or
 # its crun is older than 1.23 (the BPFProgram= behaviour this tier exists for), the next
-# suite (forky). The mirror is the one this host's apt sources name (never written here).
+# suite (forky). SUITE trixie instead builds Debian 13 as it is (podman 5.4.2, crun 1.21,
+# runc 1.1.15, systemd 257: the generation of RHEL 9.6 and 10.0, crun before 1.23).
+# The mirror is the one this host's apt sources name (never written here).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=${1:?usage: today-image.sh ROOT OUT CRICTL}
 OUT=${2:?usage: today-image.sh ROOT OUT CRICTL}
 CRICTL=${3:?usage: today-image.sh ROOT OUT CRICTL}
-SUITES=${TODAY_SUITES:-sid forky}
+SUITE=${4:-sid}
 PKGS="linux-image-amd64 systemd-sysv udev kmod dbus passwd podman crun runc conmon containerd
 containernetworking-plugins netavark passt busybox-static python3 python3-click python3-yaml
 python3-jsonschema gcc libc6-dev make attr zstd iproute2 procps"
@@ -58,18 +60,23 @@ while read -r pkg version; do
     pinned="$pinned $pkg=$version"
 done < "$HERE/today-pins.txt"
 used=""
-for suite in $SUITES; do
-    if [ "$suite" = sid ] && build sid $PKGS $pinned && crun_ok; then
-        used="sid, pinned (today-pins.txt)"
-        break
-    fi
-    if build "$suite" $PKGS && crun_ok; then
-        used="$suite, unpinned"
-        break
-    fi
-    echo "today-image.sh: $suite: no image with crun >= 1.23, trying the next suite" >&2
-done
-[ -n "$used" ] || { echo "today-image.sh: no suite of $SUITES gave crun >= 1.23" >&2; exit 1; }
+if [ "$SUITE" = sid ]; then
+    for suite in sid forky; do
+        if [ "$suite" = sid ] && build sid $PKGS $pinned && crun_ok; then
+            used="sid, pinned (today-pins.txt)"
+            break
+        fi
+        if build "$suite" $PKGS && crun_ok; then
+            used="$suite, unpinned"
+            break
+        fi
+        echo "today-image.sh: $suite: no image with crun >= 1.23, trying the next suite" >&2
+    done
+    [ -n "$used" ] || { echo "today-image.sh: neither sid nor forky gave crun >= 1.23" >&2; exit 1; }
+else
+    build "$SUITE" $PKGS
+    used="$SUITE"
+fi
 
 mkdir -p "$OUT"
 cp -L "$ROOT/vmlinuz" "$OUT/vmlinuz"

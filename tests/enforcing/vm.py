@@ -13,10 +13,12 @@ The host side. Three guests, one boot each:
   built against that policy's devel headers, as %build does on RHEL. Skipped, with that
   reason, where the shared sources are absent.
 - today: Debian's newest runtimes (sid: podman 5.8, crun 1.28, runc 1.3, containerd 2.1,
-  systemd 262; tests/enforcing/today-image.sh, cached under build/vm/today-<hash>), no
+  systemd 262; tests/enforcing/today-image.sh, cached under build/vm/today-sid-<hash>), no
   SELinux; the product installed with `make install`; the checks of today_checks.py (devices
   through reloads and updates on every route and runtime, check's claims against them, CDI
   with podman and containerd's CRI). Needs ../shared/tools/crio/crictl (containerd's CRI).
+- trixie: the same checks on Debian 13 (podman 5.4.2, crun 1.21, runc 1.1.15, systemd 257:
+  RHEL 9.6 and 10.0's generation, crun before 1.23), but containerd's (1.7 there).
 
 Both images come from one Debian tree (tests/enforcing/image.sh, cached under
 build/vm/<hash of the recipe>). The worktree goes to the guest on a raw disk (a tar), the
@@ -48,9 +50,15 @@ SOURCES = REPO.parent / "shared" / "tools" / "sources"
 FEDORA_RECIPE = SOURCES / "build-fedora-targeted.sh"
 FEDORA_DIST = SOURCES / "selinux-policy-38.1-dist.tar.gz"
 FEDORA_POLICY_VERSION = "38.1-1"
-POLICIES = ("refpolicy", "fedora", "today")
+POLICIES = ("refpolicy", "fedora", "today", "trixie")
+STACK_GUESTS = {"today": "sid", "trixie": "trixie"}  # guest -> today-image.sh's suite
 RUNTIMES = ("runc", "crun")
-ROOTFS = {"refpolicy": "rootfs.img", "fedora": "rootfs-fedora.img", "today": "rootfs-today.img"}
+ROOTFS = {
+    "refpolicy": "rootfs.img",
+    "fedora": "rootfs-fedora.img",
+    "today": "rootfs-today.img",
+    "trixie": "rootfs-today.img",
+}
 CMDLINE = (
     "root=/dev/vda rw console=ttyS0 security=selinux selinux=1 enforcing=1 "
     "audit=1 audit_backlog_limit=8192 systemd.show_status=1 panic=-1"
@@ -58,7 +66,7 @@ CMDLINE = (
 TODAY_CMDLINE = "root=/dev/vda rw console=ttyS0 systemd.show_status=1 panic=-1"
 # sid's kernel (7.x) under TCG with two vCPUs oopses at boot: a static key re-patched (int3)
 # while the other vCPU runs the site (seen here in devcgroup_check_permission); one vCPU.
-VCPUS = {"refpolicy": "2", "fedora": "2", "today": "1"}
+VCPUS = {"refpolicy": "2", "fedora": "2", "today": "1", "trixie": "1"}
 CRICTL = REPO.parent / "shared" / "tools" / "crio" / "crictl"
 KVM_PROBE_SECONDS = 25
 OUT_DISK_BYTES = 256 << 20
@@ -171,23 +179,24 @@ def ensure_images(fedora: bool) -> tuple[Path, Path | None]:
     return image, policy
 
 
-def today_key() -> str:
+def today_key(suite: str) -> str:
     files = [HERE / "today-image.sh", HERE / "today-pins.txt", *sorted((HERE / "today").rglob("*"))]
     files += [HERE / "image/ocihook-guest-run", HERE / "image/ocihook-guest.service"]
-    return f"today-{digest_files(files, HERE)}"
+    return f"today-{suite}-{digest_files(files, HERE)}"
 
 
-def ensure_today_image() -> Path:
-    """The today's-stack image dir (vmlinuz, initrd.img, rootfs-today.img, versions.txt)."""
-    image = BUILD / "vm" / today_key()
-    if (image / ROOTFS["today"]).exists():
-        log(f"today's-stack image {image} (cached)")
+def ensure_today_image(suite: str) -> Path:
+    """A runtime stack's image dir (vmlinuz, initrd.img, rootfs-today.img, versions.txt),
+    from Debian `suite` (today-image.sh)."""
+    image = BUILD / "vm" / today_key(suite)
+    if (image / "rootfs-today.img").exists():
+        log(f"{suite} stack image {image} (cached)")
         return image
     if not CRICTL.exists():
         sys.exit(f"test-enforcing: the today's-stack guest needs {CRICTL} (containerd's CRI)")
     image.parent.mkdir(parents=True, exist_ok=True)
-    build_log = BUILD / "vm" / "today-build.log"
-    log(f"building the today's-stack image {image} (mmdebstrap from sid; log {build_log})")
+    build_log = BUILD / "vm" / f"today-{suite}-build.log"
+    log(f"building the {suite} stack image {image} (mmdebstrap; log {build_log})")
     started = time.monotonic()
     work = Path(f"{image}.tmp")
     shutil.rmtree(work, ignore_errors=True)
@@ -199,6 +208,7 @@ def ensure_today_image() -> Path:
                 str(work / "root"),
                 str(work / "out"),
                 str(CRICTL),
+                suite,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -208,10 +218,10 @@ def ensure_today_image() -> Path:
     shutil.rmtree(image, ignore_errors=True)
     (work / "out").rename(image)
     shutil.rmtree(work, ignore_errors=True)
-    log(f"today's-stack image built in {time.monotonic() - started:.0f}s: "
+    log(f"{suite} stack image built in {time.monotonic() - started:.0f}s: "
         f"{(image / 'versions.txt').read_text().splitlines()[0]}")  # fmt: skip
     for old in (BUILD / "vm").iterdir():
-        if old.is_dir() and old.name.startswith("today-") and old.name != image.name:
+        if old.is_dir() and old.name.startswith(f"today-{suite}-") and old.name != image.name:
             shutil.rmtree(old, ignore_errors=True)
     return image
 
@@ -312,7 +322,7 @@ def qemu_command(
         "-initrd",
         str(image / "initrd.img"),
         "-append",
-        TODAY_CMDLINE if policy == "today" else CMDLINE,
+        TODAY_CMDLINE if policy in STACK_GUESTS else CMDLINE,
         "-drive",
         f"file={image / rootfs},format=raw,if=virtio,snapshot=on",
         "-drive",
@@ -434,9 +444,9 @@ def main() -> int:
         skipped["fedora"] = f"skipped: {why}"
         log(f"fedora policy {skipped['fedora']}")
         policies = tuple(p for p in policies if p != "fedora")
-    enforcing = [p for p in policies if p != "today"]
+    enforcing = [p for p in policies if p not in STACK_GUESTS]
     image, fedora_policy = ensure_images("fedora" in policies) if enforcing else (None, None)
-    today_image = ensure_today_image() if "today" in policies else None
+    stack_images = {p: ensure_today_image(STACK_GUESTS[p]) for p in policies if p in STACK_GUESTS}
     rpms = fedora_rpms(fedora_policy) if fedora_policy is not None else []
     shutil.rmtree(RESULTS, ignore_errors=True)
     RESULTS.mkdir(parents=True)
@@ -446,7 +456,7 @@ def main() -> int:
     for policy in policies:
         summary, accel = run_guest(
             policy,
-            today_image if policy == "today" else image,
+            stack_images.get(policy, image),
             options,
             rpms if policy == "fedora" else [],
             args.timeout,
@@ -461,11 +471,11 @@ def main() -> int:
                 failed.append(check_label(policy, check))
         if not summary["checks"]:
             failed.append(f"{policy}: no checks ran")
-        if policy == "today":
+        if policy in STACK_GUESTS:
             versions = summary.get("versions", {})
-            shutil.copy(today_image / "versions.txt", RESULTS / policy / "versions.txt")
+            shutil.copy(stack_images[policy] / "versions.txt", RESULTS / policy / "versions.txt")
             log(
-                f"today: {sum(c['ok'] for c in summary['checks'])}/{len(summary['checks'])} "
+                f"{policy}: {sum(c['ok'] for c in summary['checks'])}/{len(summary['checks'])} "
                 f"checks passed; podman {versions.get('podman')}, crun {versions.get('crun')}, "
                 f"runc {versions.get('runc')}, containerd {versions.get('containerd')}, systemd "
                 f"{versions.get('systemd')}, kernel {versions.get('kernel')}; {accel}"

@@ -17,6 +17,8 @@ echo "containers:2147483647:2147483648" >> /etc/subuid
 echo "containers:2147483647:2147483648" >> /etc/subgid
 
 mkdir -p /etc/containerd /etc/cni/net.d
+# containerd 2's CRI (config version 3); trixie's 1.7 keeps its own config (not checked there).
+if dpkg --compare-versions "$(dpkg-query -W -f='${Version}' containerd)" ge 2; then
 cat > /etc/containerd/config.toml <<'T'
 version = 3
 [plugins."io.containerd.cri.v1.images".pinned_images]
@@ -39,6 +41,7 @@ version = 3
   BinaryName = "/usr/bin/crun"
   SystemdCgroup = true
 T
+fi
 echo '{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}' \
     > /etc/cni/net.d/10-loopback.conflist
 echo 'runtime-endpoint: unix:///run/containerd/containerd.sock' > /etc/crictl.yaml
