@@ -84,7 +84,6 @@ install:
 	install -d -m 0755 "$(DESTDIR)$(HOOKSDIR)" "$(DESTDIR)$(DATADIR)/ocihook/examples"
 	$(call install_registration,hooks.d/ocihook.json,$(DESTDIR)$(HOOKSDIR)/ocihook.json)
 	$(call install_registration,hooks.d/ocihook-env.json,$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json)
-	$(call install_registration,hooks.d/ocihook-kubernetes.json,$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-kubernetes.json)
 	install -d -m 0755 "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman"
 	$(call install_registration,hooks.d/ocihook-precreate.json,$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json)
 	install -m 0644 packaging/50-ocihook-precreate.conf "$(DESTDIR)$(DATADIR)/ocihook/examples/"

@@ -52,7 +52,6 @@ EXPECTED = {
     f"{SITELIB}/ocihook/audit/records.py": 0o644,
     "usr/share/containers/oci/hooks.d/ocihook.json": 0o644,
     "usr/share/ocihook/examples/ocihook-env.json": 0o644,
-    "usr/share/ocihook/examples/ocihook-kubernetes.json": 0o644,
     "usr/share/ocihook/examples/50-ocihook-precreate.conf": 0o644,
     "usr/share/ocihook/hooks.d.podman/ocihook-precreate.json": 0o644,
     "usr/share/ocihook/examples/config.yaml": 0o644,
