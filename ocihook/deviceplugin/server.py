@@ -178,12 +178,12 @@ def _inode(path: str) -> tuple[int, int] | None:
 
 
 def socket_name(inventory: Inventory) -> str:
-    return f"ocihook-{inventory.resource.replace('/', '_')}.sock"
+    return f"{inventory.resource.replace('/', '_')}.sock"
 
 
 def register(kubelet_dir: str, endpoint: str, resource: str) -> None:
     """Register with the kubelet; grpc.RpcError when it refuses or is not there."""
-    target = f"unix://{os.path.join(kubelet_dir, KUBELET_SOCKET)}"
+    target = f"unix:{KUBELET_SOCKET}"  # relative: the daemon works in the kubelet dir
     with grpc.insecure_channel(target) as channel:
         api_pb2_grpc.RegistrationStub(channel).Register(
             api_pb2.RegisterRequest(
@@ -211,8 +211,11 @@ def serve_once(state: State, kubelet_dir: str) -> bool:
         os.unlink(path)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     api_pb2_grpc.add_DevicePluginServicer_to_server(DevicePlugin(state), server)
-    server.add_insecure_port(f"unix://{path}")
-    server.start()
+    try:  # relative to the kubelet dir (run() works there): a unix path has at most 107 bytes
+        server.add_insecure_port(f"unix:{name}")
+        server.start()
+    except RuntimeError as error:
+        raise OcihookError(f"cannot serve on {path}: {str(error).splitlines()[0]}") from None
     ours, theirs = _inode(path), _inode(kubelet)
     try:
         try:
@@ -256,8 +259,10 @@ def health_loop(state: State, interval: float) -> None:
 
 def run(config: dict, kubelet_dir: str, interval: float) -> int:
     """The daemon: inventory, health loop, registration loop; SIGTERM/SIGINT end it."""
+    kubelet_dir = os.path.abspath(kubelet_dir)
     if not os.path.isdir(kubelet_dir):
         raise OcihookError(f"--kubelet-dir {kubelet_dir}: no such directory")
+    os.chdir(kubelet_dir)  # sockets by their names: unix paths are limited to 107 bytes
     inventory = _first_inventory(config)
     state = State(config, inventory)
     state.refresh()
