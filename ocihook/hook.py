@@ -33,8 +33,8 @@ USAGE = (
     "usage: ocihook-hook [--stage precreate] [--config PATH] [--cache-dir DIR]  "
     "(OCI state JSON on stdin; at precreate the OCI config)"
 )
-STAGES = ("prestart", "precreate")
-CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"  # request.parse's, not imported  # prestart: every stage that gets the state (poststop too)
+STAGES = ("prestart", "precreate")  # prestart: every stage that gets the state (poststop too)
+CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"  # request.parse's, not imported
 
 
 def _parse_args(argv: list[str]) -> dict[str, str]:

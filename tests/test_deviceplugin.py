@@ -39,8 +39,7 @@ def node(path: str, minor: int, index: int | None, access: str = "rw") -> Device
 
 def inventory(numa=(0, 1, 0)) -> Inventory:
     devices = [
-        PluginDevice(str(i), i, [node(f"/dev/synth{i}", 200 + i, i)], n)
-        for i, n in enumerate(numa)
+        PluginDevice(str(i), i, [node(f"/dev/synth{i}", 200 + i, i)], n) for i, n in enumerate(numa)
     ]
     return Inventory("ocihook.io/synthetic", "synthetic", devices, [node("/dev/synthctl", 9, None)],
                      "/host", [])  # fmt: skip
@@ -262,7 +261,9 @@ def test_the_daemon_registers_streams_health_and_allocates(tmp_path, driver):
                 ("0", "Healthy"), ("1", "Healthy"), ("2", "Healthy")
             ]  # fmt: skip
             answer = stub.Allocate(
-                api.AllocateRequest(container_requests=[api.ContainerAllocateRequest(devices_ids=["1"])])
+                api.AllocateRequest(
+                    container_requests=[api.ContainerAllocateRequest(devices_ids=["1"])]
+                )
             ).container_responses[0]
             root = driver.parent / "driver"
             assert dict(answer.annotations) == {"ocihook.io/devices": "1"}
@@ -274,9 +275,11 @@ def test_the_daemon_registers_streams_health_and_allocates(tmp_path, driver):
             node.unlink()
             changed = next(stream)
             assert [(d.ID, d.health) for d in changed.devices][1] == ("1", "Unhealthy")
+            one = api.AllocateRequest(
+                container_requests=[api.ContainerAllocateRequest(devices_ids=["1"])]
+            )
             with pytest.raises(kubelet.grpc.RpcError) as refused:
-                stub.Allocate(api.AllocateRequest(
-                    container_requests=[api.ContainerAllocateRequest(devices_ids=["1"])]))  # fmt: skip
+                stub.Allocate(one)
             assert "device 1 is unhealthy: node" in refused.value.details()
             os.mknod(node, st.st_mode, st.st_rdev)
             assert [(d.ID, d.health) for d in next(stream).devices][1] == ("1", "Healthy")
@@ -326,7 +329,9 @@ def test_a_node_with_other_numbers_is_unhealthy(tmp_path, driver):
     node.unlink()
     os.mknod(node, 0o666 | 0o020000, other)
     reason = health.check(settings, taken)["0"]
-    assert reason.startswith(f"node {node} is c {os.major(other)}:{os.minor(other)}, not c "), reason
+    assert reason.startswith(f"node {node} is c {os.major(other)}:{os.minor(other)}, not c "), (
+        reason
+    )
 
 
 def test_without_grpc_the_command_says_where_to_run_it(tmp_path):
@@ -344,3 +349,28 @@ def test_grpc_is_never_on_the_hooks_path():
     script = "import sys, ocihook.hook, ocihook.request.parse; print(sorted(sys.modules))"
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
     assert "grpc" not in out.stdout and "ocihook.deviceplugin" not in out.stdout, out.stdout
+
+
+def test_check_says_which_mode_the_node_is_in(tmp_path):
+    from ocihook.check import routes
+    from ocihook.check.findings import WARNING, Finding
+    from ocihook.cli.commands import _allocated_route, _mode
+
+    direct = synthetic.config(tmp_path)
+    path = tmp_path / "config.yaml"
+    for settings, words in (
+        (direct, "mode: direct: a container asks with the ocihook.io/devices annotation"),
+        ({**direct, "kubernetes": {"device_plugin": True}}, "mode: Kubernetes"),
+    ):
+        path.write_text(yaml.safe_dump(settings))
+        assert _mode(compile_config(str(path))[0]).startswith(words)
+    limit = routes.UPDATE_LIMIT.format(
+        runtime="CRI-O", updates=routes.UPDATES["CRI-O"], durable=routes.DURABLE["CRI-O"]
+    )
+    turned = _allocated_route(Finding(WARNING, "route", limit), routes)
+    assert (
+        turned.status == "ok"
+        and "Kubernetes mode: the device plugin's device specs" in turned.message
+    )
+    podman_limit = Finding(WARNING, "route", limit.replace("CRI-O", "podman"))
+    assert _allocated_route(podman_limit, routes) is podman_limit

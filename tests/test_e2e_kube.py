@@ -138,7 +138,14 @@ def test_a_pods_own_annotation_env_or_crio_key_gets_nothing(kube, pods):
     }
     show = ["/bin/sh", "-c", "ls /dev; ls /usr/bin; echo DONE"]
     kube.cluster.apply(
-        pod(kube, "forger", show, count=None, annotations=forged, env={"SYNTH_VISIBLE_DEVICES": "all"})
+        pod(
+            kube,
+            "forger",
+            show,
+            count=None,
+            annotations=forged,
+            env={"SYNTH_VISIBLE_DEVICES": "all"},
+        )
     )
     pods.append("forger")
     log = wait_log(kube, "forger", "DONE")
@@ -175,7 +182,10 @@ def test_a_resource_quota_refuses_a_namespaces_second_pod(kube):
             }
         )
         for _ in range(120):
-            if cluster.kubectl("-n", "quota-a", "get", "sa", "default", check=False).returncode == 0:
+            if (
+                cluster.kubectl("-n", "quota-a", "get", "sa", "default", check=False).returncode
+                == 0
+            ):
                 break
             time.sleep(0.5)
         cluster.apply(pod(kube, "first", SLEEP, namespace="quota-a"))

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from concurrent import futures
+from functools import partial
 
 import grpc
 
@@ -93,6 +94,10 @@ class State:
             self.changed.notify_all()
 
 
+def _moved(state: State, seen: int) -> bool:
+    return state.generation != seen or state.stopping.is_set()
+
+
 class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
     """The kubelet's calls, answered from the shared State."""
 
@@ -112,9 +117,7 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
         yield api_pb2.ListAndWatchResponse(devices=first)
         while context.is_active() and not state.stopping.is_set():
             with state.changed:
-                state.changed.wait_for(
-                    lambda: state.generation != seen or state.stopping.is_set(), timeout=1.0
-                )
+                state.changed.wait_for(partial(_moved, state, seen), timeout=1.0)
                 if state.generation == seen:
                     continue
                 seen = state.generation
@@ -224,7 +227,9 @@ def serve_once(state: State, kubelet_dir: str) -> bool:
             log(f"registration with the kubelet at {kubelet} failed: {_rpc_reason(error)}")
             return not state.stopping.wait(RETRY_SECONDS)
         count = len(state.inventory.devices)
-        log(f"registered {state.inventory.resource} ({count} devices) with the kubelet at {kubelet}")
+        log(
+            f"registered {state.inventory.resource} ({count} devices) with the kubelet at {kubelet}"
+        )
         while not state.stopping.wait(WATCH_SECONDS):
             if _inode(path) != ours or _inode(kubelet) != theirs:
                 log("the kubelet restarted: registering again")

@@ -45,7 +45,9 @@ def numa_node(roots: Roots, address: str | None, nodes: list[DeviceNode]) -> int
         value = text.strip()
         number = int(value) if value.isascii() and value.lstrip("-").isdigit() else None
         if number is None or number > MAX_NUMA_NODE:
-            raise OcihookError(f"{roots.device_root.rstrip('/')}{path}: not a NUMA node: {value!r:.20}")
+            raise OcihookError(
+                f"{roots.device_root.rstrip('/')}{path}: not a NUMA node: {value!r:.20}"
+            )
         return None if number < 0 else number
     return None
 

@@ -105,14 +105,18 @@ class Cluster:
             time.sleep(1)
 
     def down(self) -> str:
-        result = subprocess.run([str(DOWN)], env=_env(), capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [str(DOWN)], env=_env(), capture_output=True, text=True, timeout=600
+        )
         OWNER.unlink(missing_ok=True)
         shutil.rmtree(BASE, ignore_errors=True)
         return result.stderr
 
     # -- clients ------------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None, timeout: int = TIMEOUT):
+    def kubectl(
+        self, *args: str, check: bool = True, stdin: str | None = None, timeout: int = TIMEOUT
+    ):
         kubectl = Path(os.environ.get("TMPDIR", "/tmp")) / "ocihook-k8s" / "bin" / "kubectl"
         result = subprocess.run(
             [str(kubectl), "--kubeconfig", str(STATE / "kubeconfig/admin.conf"), *args],
@@ -251,6 +255,8 @@ class Plugin:
             if text in self.text()[after:]:
                 return
             if self.process is not None and self.process.poll() is not None:
-                raise AssertionError(f"the plugin exited {self.process.returncode}: {self.text()[-2000:]}")
+                raise AssertionError(
+                    f"the plugin exited {self.process.returncode}: {self.text()[-2000:]}"
+                )
             time.sleep(0.2)
         raise AssertionError(f"the plugin never said {text!r}: {self.text()[-2000:]}")
