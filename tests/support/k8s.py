@@ -58,8 +58,9 @@ def payload(root: Path, selinux_module: bool = True) -> Path:
     return root
 
 
-def installer_image(root: Path, name: str) -> str:
-    """FROM scratch: static busybox (every applet), the payload, the installer script."""
+def installer_image(root: Path, name: str, extra_lib: dict[str, str] | None = None) -> str:
+    """FROM scratch: static busybox (every applet), the payload, the installer script;
+    `extra_lib`: more files in the payload's lib dir (relative path -> text)."""
     (root / "bin").mkdir(parents=True)
     shutil.copy2(images.BUSYBOX, root / "bin/busybox")
     applets = subprocess.run(
@@ -72,6 +73,9 @@ def installer_image(root: Path, name: str) -> str:
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "tmp").chmod(0o1777)
     payload(root / "payload")
+    for relative, text in (extra_lib or {}).items():
+        (root / "payload/lib" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / "payload/lib" / relative).write_text(text)
     shutil.copy2(INSTALLER, root / "usr/local/bin/ocihook-installer")
     return images.import_image(root, name)
 
@@ -122,6 +126,28 @@ def host_root(root: Path, synth_root: Path) -> Path:
     )
     standin.chmod(0o755)
     return root
+
+
+SELINUX_BINDINGS = (
+    "/usr/lib/python3/dist-packages/selinux/__init__.py",
+    "/usr/lib/python3/dist-packages/selinux/_selinux.cpython-311-x86_64-linux-gnu.so",
+    "/lib/x86_64-linux-gnu/libselinux.so.1",
+    "/lib/x86_64-linux-gnu/libpcre2-8.so.0",
+)
+# PyPI's selinux 0.3.0 in miniature: what its __init__ does on a node whose /usr/bin/python3.X
+# site dir has no bindings (Debian's are in /usr/lib/python3/dist-packages): it finds none,
+# and answers as if SELinux were off.
+SELINUX_SHIM = {
+    "selinux/__init__.py": "# stand-in for PyPI's selinux shim\n"
+    "def is_selinux_enabled():\n    return 0\n",
+    "selinux-0.3.0.dist-info/METADATA": "Name: selinux\nVersion: 0.3.0\n",
+}
+
+
+def add_selinux_bindings(root: Path) -> None:
+    """Debian's libselinux Python bindings (python3-selinux) in a host root."""
+    for path in SELINUX_BINDINGS:
+        _copy(Path(path), root / path.lstrip("/"))
 
 
 def snapshot(root: Path, skip: tuple[str, ...] = ("proc",)) -> dict[str, tuple]:
