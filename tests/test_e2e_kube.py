@@ -16,8 +16,11 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 ANNOTATION = "ocihook.io/devices"
 RESOURCE = "ocihook.io/synthetic"
@@ -243,3 +246,86 @@ def test_a_plugin_restart_loses_no_allocation(kube, pods):
     pods.extend(names)
     got = [d for name in names for d in devices_of(wait_log(kube, name, "READY"))]
     assert sorted(got + kept) == ["synth0", "synth1", "synth2"], (kept, got)
+
+
+def test_the_daemonset_runs_the_installer_and_the_plugin(kube, tmp_path, pods):
+    """packaging/kubernetes applied with kubectl -k (a copy, patched for this machine: no
+    privileged container or system-node-critical priority, which it cannot run; the local
+    image; the tier's driver and a resource name of its own in the ConfigMap). The image is
+    built FROM scratch here as the Containerfile lays it out (tests/support/k8s.py). The
+    installer installs and is Ready without waiting for its readiness period; the plugin in
+    its container registers the node's devices, and a pod that asks for one gets it."""
+    import yaml
+
+    from tests.support import k8s
+
+    image = kube.cluster.import_image(
+        k8s.daemonset_image(tmp_path / "image", "ds"), "ocihook-k8s-daemonset"
+    )
+    copy = tmp_path / "manifests"
+    copy.mkdir()
+    source = REPO / "packaging/kubernetes"
+    for path in source.glob("*.yaml"):
+        (copy / path.name).write_text(path.read_text())
+    resource = "example.com/ds-synthetic"
+    configmap = yaml.safe_load((copy / "configmap.yaml").read_text())
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    config.update(
+        profile="synthetic", source_root=str(kube.root), device_root=str(kube.root),
+        kubernetes={"device_plugin": True, "resource": resource, "health_interval": 2},
+    )  # fmt: skip
+    configmap["data"]["config.yaml"] = yaml.safe_dump(config)
+    (copy / "configmap.yaml").write_text(yaml.safe_dump(configmap))
+    daemonset = yaml.safe_load((copy / "daemonset.yaml").read_text())
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec.pop("priorityClassName") == "system-node-critical"
+    installer, plugin = spec["containers"]
+    assert installer["securityContext"] == {"privileged": True}
+    # unprivileged, with the one capability beyond CRI-O's defaults the installer uses here
+    # (chroot into the node's root to run its python3 and ocihook check)
+    installer["securityContext"] = {"privileged": False, "capabilities": {"add": ["SYS_CHROOT"]}}
+    assert plugin["securityContext"]["privileged"] is False  # shipped as it runs here
+    for container in spec["containers"]:
+        container["imagePullPolicy"] = "Never"
+    (copy / "daemonset.yaml").write_text(yaml.safe_dump(daemonset))
+    kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
+    name, tag = image.rsplit(":", 1)
+    kustomization["images"] = [{"name": "ocihook-installer", "newName": name, "newTag": tag}]
+    (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    cluster = kube.cluster
+    cluster.kubectl("apply", "-k", str(copy))
+    try:
+        cluster.kubectl(
+            "-n", "ocihook-system", "rollout", "status", "ds/ocihook-installer", "--timeout=300s",
+            timeout=320,
+        )  # fmt: skip
+        cluster.wait_allocatable(resource, 3)
+        (ds_pod,) = json.loads(
+            cluster.kubectl("-n", "ocihook-system", "get", "pods", "-o", "json").stdout
+        )["items"]
+        statuses = {s["name"]: s for s in ds_pod["status"]["containerStatuses"]}
+        started = statuses["installer"]["state"]["running"]["startedAt"]
+        ready = [c for c in ds_pod["status"]["conditions"] if c["type"] == "Ready"][0]
+        waited = _seconds(ready["lastTransitionTime"]) - _seconds(started)
+        # Ready once installed, not a readiness period (30 s) later: the startup probe
+        # looks every second. (Here the install takes about a second, so a first readiness
+        # probe may already pass without it; tests/test_kubernetes_manifests.py checks the
+        # probes themselves.)
+        assert waited < 30, (started, ready)
+        logs = cluster.kubectl("-n", "ocihook-system", "logs", ds_pod["metadata"]["name"],
+                               "-c", "device-plugin").stdout  # fmt: skip
+        assert f"registered {resource} (3 devices)" in logs, logs
+        asking = pod(kube, "from-daemonset", [SMI])
+        asking["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+        cluster.apply(asking)
+        pods.append("from-daemonset")
+        cluster.wait_phase("from-daemonset", ("Succeeded",))
+        assert len(devices_of(cluster.logs("from-daemonset"))) == 1
+    finally:
+        cluster.kubectl("delete", "-k", str(copy), "--wait=true", "--timeout=300s", timeout=320)
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").timestamp()

@@ -27,6 +27,19 @@ def _grpc_missing() -> str | None:
     return None
 
 
+def _check_resource(name: str) -> None:
+    """An extended resource name as the kubelet takes it: DOMAIN/NAME."""
+    import re
+
+    if not re.fullmatch(
+        r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name
+    ) or name.startswith("kubernetes.io/"):
+        raise OcihookError(
+            f"resource {name!r:.80}: not an extended resource name (DOMAIN/NAME, e.g. "
+            "ocihook.io/synthetic, outside kubernetes.io)"
+        )
+
+
 @click.command("device-plugin")
 @config_option
 @click.option(
@@ -48,6 +61,13 @@ def _grpc_missing() -> str | None:
     help="Seconds between health checks [the config's kubernetes.health_interval: 10].",
 )
 @click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    help="Where the node's root is mounted (the DaemonSet's container: /host): the config's "
+    "source_root and device_root are read under it; the kubelet is told the node's paths.",
+)
+@click.option(
     "--list",
     "list_only",
     is_flag=True,
@@ -59,6 +79,7 @@ def device_plugin(
     kubelet_dir: str,
     resource: str | None,
     health_interval: float | None,
+    host_root: str,
     list_only: bool,
     as_json: bool,
 ) -> None:
@@ -80,11 +101,13 @@ def device_plugin(
         config["kubernetes"]["resource"] = resource
     from ocihook.deviceplugin.inventory import describe, resource_name, take_inventory
 
-    resource_name(config)
+    _check_resource(resource_name(config))
+    if not host_root.startswith("/"):
+        raise OcihookError(f"--host-root {host_root}: must be an absolute path")
     if list_only:
         from ocihook.deviceplugin import health
 
-        inventory = take_inventory(config)
+        inventory = take_inventory(config, host_root)
         document = describe(inventory, health.check(config, inventory))
         if as_json:
             emit_json(document)
@@ -102,4 +125,4 @@ def device_plugin(
     from ocihook.deviceplugin.server import run
 
     interval = health_interval or float(config["kubernetes"]["health_interval"])
-    raise SystemExit(run(config, kubelet_dir, interval))
+    raise SystemExit(run(config, kubelet_dir, interval, host_root))

@@ -51,8 +51,13 @@ def nvml_minors(config: dict, roots: Roots) -> set[int]:
 
 def check(config: dict, inventory: Inventory) -> dict[str, str | None]:
     """device id -> why it is unhealthy (None: Healthy)."""
+    from ocihook.deviceplugin.inventory import under
+
+    host_root = inventory.host_root
     try:
-        roots = Roots(config["source_root"], config["device_root"])
+        roots = Roots(
+            under(host_root, config["source_root"]), under(host_root, config["device_root"])
+        )
     except (OSError, OcihookError) as error:
         reason = str(error) if isinstance(error, OcihookError) else error.strerror
         return {device.id: f"device root: {reason}" for device in inventory.devices}

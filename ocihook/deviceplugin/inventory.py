@@ -42,13 +42,23 @@ class Inventory(Struct):
     """The resource, its devices, the shared control nodes every allocation gets, the device
     root they were read from and the plan's warnings."""
 
-    __slots__ = ("resource", "profile", "devices", "control", "device_root", "warnings")
+    __slots__ = (
+        "resource",
+        "profile",
+        "devices",
+        "control",
+        "device_root",
+        "warnings",
+        "host_root",
+    )
+    _defaults = {"host_root": "/"}
     resource: str
     profile: str
     devices: list[PluginDevice]
     control: list[DeviceNode]
     device_root: str
     warnings: list[str]
+    host_root: str  # where the node's root is mounted ("/": here)
 
     def by_id(self) -> dict[str, PluginDevice]:
         return {device.id: device for device in self.devices}
@@ -64,9 +74,28 @@ def resource_name(config: dict) -> str:
     return f"{RESOURCE_VENDOR}/{name.strip('-_.') or 'device'}"
 
 
-def take_inventory(config: dict) -> Inventory:
+def under(host_root: str, path: str) -> str:
+    """`path` of the node as seen where the node's root is mounted at `host_root`."""
+    return path if host_root == "/" else host_root.rstrip("/") + "/" + path.lstrip("/")
+
+
+def on_node(host_root: str, node: DeviceNode) -> DeviceNode:
+    """The node with its host path as the node (the kubelet, the runtime) names it."""
+    prefix = host_root.rstrip("/")
+    if not prefix or not node.host_path.startswith(prefix + "/"):
+        return node
+    return node.replace(host_path=node.host_path[len(prefix) :])
+
+
+def take_inventory(config: dict, host_root: str = "/") -> Inventory:
     """The node's devices for `config`'s profile (one OcihookError line when the driver or
-    the device root cannot be read)."""
+    the device root cannot be read). `host_root`: where the node's root is mounted (the
+    DaemonSet's container: /host); the config's roots are read under it, and the device
+    specs name the nodes as the node does."""
+    if host_root != "/":
+        config = dict(config)
+        for key in ("source_root", "device_root"):
+            config[key] = under(host_root, config[key])
     request = parse_request("all", "device plugin")
     with open_roots(config) as roots:
         plan = plan_container(config, roots, request, Target(STATIC), describe="plan").plan
@@ -104,6 +133,10 @@ def take_inventory(config: dict) -> Inventory:
                 )
             )
         control = [node for node in plan.devices if node.path not in owned]
+    if host_root != "/":
+        control = [on_node(host_root, node) for node in control]
+        for device in devices:
+            device.nodes = [on_node(host_root, node) for node in device.nodes]
     for device in devices:
         if len(device.id) > MAX_ID_LENGTH:
             raise OcihookError(f"device {device.id!r:.80}: longer than {MAX_ID_LENGTH} characters")
@@ -114,6 +147,7 @@ def take_inventory(config: dict) -> Inventory:
         control,
         config["device_root"],
         list(plan.warnings),
+        host_root,
     )
 
 

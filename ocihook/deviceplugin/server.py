@@ -262,13 +262,13 @@ def health_loop(state: State, interval: float) -> None:
         state.refresh()
 
 
-def run(config: dict, kubelet_dir: str, interval: float) -> int:
+def run(config: dict, kubelet_dir: str, interval: float, host_root: str = "/") -> int:
     """The daemon: inventory, health loop, registration loop; SIGTERM/SIGINT end it."""
     kubelet_dir = os.path.abspath(kubelet_dir)
     if not os.path.isdir(kubelet_dir):
         raise OcihookError(f"--kubelet-dir {kubelet_dir}: no such directory")
     os.chdir(kubelet_dir)  # sockets by their names: unix paths are limited to 107 bytes
-    inventory = _first_inventory(config)
+    inventory = _first_inventory(config, host_root)
     state = State(config, inventory)
     state.refresh()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -286,12 +286,12 @@ def run(config: dict, kubelet_dir: str, interval: float) -> int:
     return 0
 
 
-def _first_inventory(config: dict) -> Inventory:
+def _first_inventory(config: dict, host_root: str) -> Inventory:
     """The inventory; a driver that is not there yet is waited for (said once)."""
     said = None
     while True:
         try:
-            return take_inventory(config)
+            return take_inventory(config, host_root)
         except OcihookError as error:
             if str(error) != said:
                 log(f"no devices yet: {error} (retrying every {RETRY_SECONDS:g} s)")
