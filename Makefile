@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: all deps venv stubs py39-venv test test-py39 rpm-rhel9 test-enforcing demo lint format bench rpm selinux clean gpu-check-site
+.PHONY: all deps venv stubs py39-venv test test-py39 rpm-rhel9 test-enforcing demo lint format bench bench-kube rpm selinux clean gpu-check-site
 
 include packaging/Makefile.rpm.mk
 include packaging/Makefile.install.mk
@@ -89,6 +89,11 @@ format: venv
 
 bench: venv
 	$(VPY) bench/run.py
+
+# Pod creation to first output on the real cluster (../shared/tools/kubernetes): the device
+# plugin against the hook's annotation alone (docs/performance.md).
+bench-kube: venv
+	$(VPY) bench/kube.py
 
 selinux:
 	$(MAKE) -C selinux
