@@ -329,3 +329,51 @@ def _seconds(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").timestamp()
+
+
+def test_the_cdi_channel_hands_the_same_device_through_the_runtime(kube, tmp_path, pods):
+    """kubernetes.cdi: true (a second plugin, a resource of its own): the Allocate answer
+    names CDI devices of the spec `ocihook cdi generate` wrote into CRI-O's CDI dir (the
+    CRI's CDI field, kubelet's DevicePluginCDIDevices gate being on, and the cdi.k8s.io/
+    container annotation); CRI-O applies the spec, the hook does not run."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import base_config
+    from tests.support import cluster as cluster_support
+
+    resource = "example.com/cdi-synthetic"
+    config = tmp_path / "cdi.yaml"
+    settings = base_config(tmp_path, kube.root)
+    settings["kubernetes"] = {"device_plugin": True, "resource": resource, "cdi": True}
+    config.write_text(yaml.safe_dump(settings))
+    ocihook = str(Path(sys.executable).with_name("ocihook"))
+    spec = kube.cluster.state / "cdi/ocihook.io_synthetic.yaml"
+    generated = subprocess.run(
+        [ocihook, "cdi", "generate", "--config", str(config), "--output", str(spec),
+         "--hook-path", ocihook],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    plugin = cluster_support.Plugin(config, kube.cluster.plugin_dir, tmp_path / "plugin.log")
+    plugin.start()
+    try:
+        plugin.wait_for(f"registered {resource}")
+        kube.cluster.wait_allocatable(resource, 3)
+        asking = pod(kube, "by-cdi", [SMI], count=None)
+        asking["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+        kube.cluster.apply(asking)
+        pods.append("by-cdi")
+        kube.cluster.wait_phase("by-cdi", ("Succeeded", "Failed"))
+        log = kube.cluster.logs("by-cdi")
+        assert "libsynth 1.2.3 loaded from" in log, log
+        assert len(devices_of(log)) == 1, log
+        status = kube.cluster.pod("by-cdi")["status"]["containerStatuses"][0]
+        container = status["containerID"].split("://", 1)[1]
+        assert not (kube.dir / "state" / f"{container}.json").exists()  # the hook did not run
+        assert (kube.dir / "state").is_dir()  # where the hook's records of the others are
+    finally:
+        plugin.stop()
+        spec.unlink(missing_ok=True)
