@@ -374,3 +374,38 @@ def test_check_says_which_mode_the_node_is_in(tmp_path):
     )
     podman_limit = Finding(WARNING, "route", limit.replace("CRI-O", "podman"))
     assert _allocated_route(podman_limit, routes) is podman_limit
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("nvml", ["answer", "fail"])
+def test_nvidia_ids_are_uuids_and_mig_devices_and_nvml_is_the_probe(tmp_path, nvml):
+    """The stand-in NVIDIA host (tests/support/nvidia_mig.py: proc files, cap nodes, a
+    stand-in NVML that answers or fails through NVML's own calls): a GPU with MIG devices is
+    offered as its MIG devices (their UUIDs), the other GPU by its UUID; the Allocate answer
+    of a MIG device holds its GPU's node and its two cap nodes. A failing NVML makes every
+    NVIDIA device unhealthy, saying so."""
+    from ocihook.deviceplugin import health
+    from ocihook.deviceplugin.inventory import take_inventory
+    from tests.support import nvidia_mig
+
+    host = nvidia_mig.build(tmp_path / "root", nvml="answer")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(synthetic.config(host.root, profile="nvidia")))
+    settings, _ = compile_config(str(path))
+    taken = take_inventory(settings)
+    gpu0, gpu1 = nvidia_mig.GPU0, nvidia_mig.GPU1
+    assert [d.id for d in taken.devices] == [gpu1.uuid, *(m.uuid for m in gpu0.mig)]
+    assert taken.resource == "ocihook.io/nvidia"
+    mig = taken.by_id()[gpu0.mig[0].uuid]
+    answer = allocation.container_allocation(settings, taken, [mig.id])
+    nodes = [d["container_path"] for d in answer["devices"]]
+    assert nodes[0] == "/dev/nvidia0" and sum("nvidia-caps" in n for n in nodes) >= 2, nodes
+    assert "/dev/nvidia1" not in nodes
+    if nvml == "fail":
+        library = host.root / nvidia_mig.LIBRARY_DIR / f"libnvidia-ml.so.{nvidia_mig.hosts.VERSION}"
+        library.write_bytes(nvidia_mig.standin_library(nvidia_mig.LAYOUT, "fail").read_bytes())
+    reasons = health.check(settings, taken)
+    if nvml == "answer":
+        assert set(reasons.values()) == {None}, reasons
+    else:
+        assert all(r and r.startswith("NVML: ") for r in reasons.values()), reasons
