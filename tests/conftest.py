@@ -262,9 +262,8 @@ def kube(tmp_path_factory, hook_exe) -> Kube:
         yield setup
     finally:
         stopped = plugin.stop() if plugin else None
-        server.down()
-        left = [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")]
-        assert not left, f"the cluster left cgroups: {left}"
+        left = server.down()
+        assert not left, f"the cluster left: {left}"
     assert stopped in (0, None), f"the device plugin exited {stopped}"
 
 
