@@ -106,13 +106,29 @@ class Cluster:
                 break
             time.sleep(1)
 
-    def down(self) -> str:
+    def down(self) -> list[str]:
+        """down.sh; then what is left of the cluster: processes still in its mount namespace,
+        its kubepods cgroups, its state dir (each a line; empty when nothing is)."""
+        try:
+            namespace = (STATE / "k8s-mntns").read_text().strip()
+        except OSError:
+            namespace = None
         result = subprocess.run(
             [str(DOWN)], env=_env(), capture_output=True, text=True, timeout=600
         )
+        left = [f"cgroup {c}" for c in Path("/sys/fs/cgroup").glob("*/kubepods")]
+        for entry in Path("/proc").iterdir():
+            try:
+                inside = entry.name.isdigit() and os.readlink(entry / "ns/mnt") == namespace
+            except OSError:
+                continue
+            if inside:
+                left.append(f"process {entry.name} in the cluster's mount namespace")
+        if STATE.exists():
+            left.append(f"{STATE}: {result.stderr.strip()[-500:]}")
         OWNER.unlink(missing_ok=True)
         shutil.rmtree(BASE, ignore_errors=True)
-        return result.stderr
+        return left
 
     # -- clients ------------------------------------------------------------------------------
 
