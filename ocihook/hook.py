@@ -99,9 +99,14 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
     if namespace.rootless:
         config["state_dir"] = rootless.user_dir(namespace)
     if state["status"] == "stopped":
-        from ocihook.records import finish_record
+        from ocihook.records import finish_record, pinned_units
 
-        finish_record(config["state_dir"], state["id"])
+        units = pinned_units(finish_record(config["state_dir"], state["id"]))
+        if units:  # crun 1.23+ under systemd: our pinned device programs go with the container
+            from ocihook.cgroups import pinned
+
+            for unit in units:
+                pinned.remove(unit)
         return 0
     if state["status"] not in PRESTART_STATUSES:
         raise OcihookError(

@@ -200,9 +200,10 @@ def read_record(state_dir_fd: int, name: str) -> dict | None:
     return body
 
 
-def finish_record(state_dir: str, container_id: str) -> bool:
-    """Poststop: mark the record exited with the time. False when there is none (the
-    container asked for nothing). OcihookError when it cannot be written."""
+def finish_record(state_dir: str, container_id: str) -> dict | None:
+    """Poststop: mark the record exited with the time; returns it, None when there is none
+    (the container asked for nothing) or it was marked already. OcihookError when it
+    cannot be written."""
     try:
         dir_fd = os.open(state_dir, trusted.DIR_FLAGS)
     except FileNotFoundError:
@@ -216,12 +217,12 @@ def finish_record(state_dir: str, container_id: str) -> bool:
         name = f"{container_id}.json"
         body = read_record(dir_fd, name)
         if body is None or body.get("status") not in (None, RUNNING, ORPHANED):
-            return False
+            return None
         body["status"] = EXITED
         body["exited_at"] = round(time.time(), 3)
         body.pop("orphaned_at", None)
         write_record(dir_fd, state_dir, container_id, body)
-        return True
+        return body
     finally:
         os.close(dir_fd)
 
@@ -362,3 +363,15 @@ class Log:
                 os.write(self._fd, line.encode(errors="replace"))
             except OSError:
                 pass
+
+
+def pinned_units(body: dict | None) -> list[str]:
+    """The systemd units whose device programs the hook pinned for the record's container
+    (cgroup edits with action "unit-bpf-program": ocihook/cgroups/pinned.py)."""
+    units: list[str] = []
+    for edit in (body or {}).get("cgroup") or ():
+        if isinstance(edit, dict) and edit.get("action") == "unit-bpf-program":
+            unit = edit.get("path")
+            if isinstance(unit, str) and unit not in units:
+                units.append(unit)
+    return units

@@ -283,7 +283,8 @@ def test_read_only_commands_never_import_the_injection_path(synth_root, tmp_path
         "ocihook.cgroups.v2",
         "ocihook.cgroups.bpf",
         "ocihook.cgroups.systemd",
-    }  # v2 hosts; systemd manager
+        "ocihook.cgroups.pinned",
+    }  # v2 hosts; systemd manager; crun 1.23+ under systemd
     assert PRIVILEGED - lazy <= set(control)
     assert not lazy & set(control) and "ocihook.cgroups.dbuswire" not in control
 

@@ -205,9 +205,9 @@ def test_a_resource_quota_refuses_a_namespaces_second_pod(kube):
 
 
 def test_an_allocated_container_keeps_its_devices_through_a_resources_update(kube, pods):
-    """UpdateContainerResources (what the static CPU manager sends; `crictl update` here)
-    rewrites the container's device cgroup from its config on cgroup v1: the plugin's device
-    specs are in that config, so the device still opens afterwards."""
+    """UpdateContainerResources (what the static CPU manager sends; `crictl update` here):
+    the device still opens afterwards (the plugin's device specs are in the container's own
+    config, which is what a runtime update starts from)."""
     kube.cluster.apply(pod(kube, "updated", SLEEP))
     pods.append("updated")
     before = devices_of(wait_log(kube, "updated", "READY"))

@@ -1,7 +1,8 @@
 """The precreate route end to end: real podman 4.3 + runc containers with the precreate
-registration (hooks.d/ocihook-precreate.json) beside the prestart one. The runtime creates,
-allows and mounts what the precreate stage put in the config; the prestart stage adds the
-links and the ld cache and redoes nothing; the nodes still open after `podman update`,
+registration (hooks.d/ocihook-precreate.json) beside the prestart one. The runtime creates
+and mounts what the precreate stage put in the config; the prestart stage allows the nodes
+in the device cgroup and adds the links and the ld cache, and makes no node and no mount
+again; the nodes still open after `podman update`,
 `runc update` and from `podman exec`. Hostile images against this route: the config the
 stage returns never names a path of the image as a mount source or a device.
 
@@ -59,11 +60,12 @@ def bundle_config(container_id: str) -> dict:
 
 
 def test_runtime_owns_the_nodes_through_update_and_exec(precreate_setup, synth_root, image_rhel):
-    """Detached, the prestart-free part of the driver comes from the runtime: config.json
-    has every node, rule and mount; the prestart stage made no node and no mount and
-    edited no cgroup (its log); every node opens from `podman exec`, after `podman update
-    --cpus` and after `runc update`; the library still loads through the ld cache and the
-    soname link the prestart stage wrote."""
+    """Detached, the nodes and mounts come from the runtime: config.json has every node and
+    mount, and none of the device rules (podman's own list, which `podman update` resends);
+    the prestart stage made no node and no mount and allowed the nodes in the device cgroup
+    (its log); every node opens from `podman exec`, after `podman update --cpus` and after
+    `runc update`; the library still loads through the ld cache and the soname link the
+    prestart stage wrote."""
     name = podman.unique_name("ocihook-precreate")
     try:
         container_id = start_detached(precreate_setup, image_rhel, name)
@@ -81,7 +83,10 @@ def test_runtime_owns_the_nodes_through_update_and_exec(precreate_setup, synth_r
         }
         log = precreate_setup.log.read_text()
         assert f"{container_id}: made by the runtime: {len(driver_mounts)} mounts, 5 device" in log
-        assert f"{container_id}: cgroup" not in log  # no device cgroup edit by the hook
+        rules = spec["linux"]["resources"]["devices"]
+        numbers = {(d["major"], d["minor"]) for d in spec["linux"]["devices"] if d["path"] in NODES}
+        assert not [r for r in rules if (r.get("major"), r.get("minor")) in numbers]
+        assert f"{container_id}: cgroup v1 " in log  # the prestart stage's device cgroup edit
 
         update = subprocess.run(["podman", "update", "--cpus", "1", name], capture_output=True)
         assert update.returncode == 0, update.stderr

@@ -1,5 +1,6 @@
 """The precreate stage (`ocihook-hook --stage precreate`, podman only): the proposed OCI config
-in, the config with the request's nodes, rules and bind mounts out; and the prestart stage's
+in, the config with the request's nodes and bind mounts out (never device rules: podman
+update resends podman's own device list, docs/cgroups.md); and the prestart stage's
 view of what config.json has the runtime do (ocihook/apply/owned.py). The real podman + runc runs
 are in tests/test_e2e_precreate.py."""
 
@@ -115,21 +116,19 @@ def _edit(hook_exe, tmp_path, synth_root, devices="all", **overrides):
 
 
 def test_edit_keeps_every_field_and_adds_only_the_plans_entries(hook_exe, tmp_path, synth_root):
+    """Mounts and nodes are added; linux.resources (the device rules among them) is
+    podman's own, byte for byte: `podman update` resends podman's stored list, and crun
+    1.23+ refuses an update whose list differs from the program it built at create."""
     before, after, _ = _edit(hook_exe, tmp_path, synth_root)
     added_mounts = after["mounts"][len(before["mounts"]) :]
     assert after["mounts"][: len(before["mounts"])] == before["mounts"]
-    rules = after["linux"]["resources"]["devices"]
-    assert rules[:1] == before["linux"]["resources"]["devices"]  # podman's deny-all first
     for key in set(before) | set(after):
         if key not in ("mounts", "linux"):
             assert after[key] == before[key], key
     for key in set(before["linux"]) | set(after["linux"]):
-        if key not in ("devices", "resources"):
+        if key != "devices":
             assert after["linux"][key] == before["linux"][key], key
-    assert {k: v for k, v in after["linux"]["resources"].items() if k != "devices"} == {
-        k: v for k, v in before["linux"]["resources"].items() if k != "devices"
-    }
-    assert added_mounts and len(after["linux"]["devices"]) == 5 and len(rules) == 6
+    assert added_mounts and len(after["linux"]["devices"]) == 5
 
 
 def test_edited_config_matches_golden(hook_exe, tmp_path, synth_root):
@@ -140,14 +139,12 @@ def test_edited_config_matches_golden(hook_exe, tmp_path, synth_root):
     edit = {
         "mounts": after["mounts"][len(before["mounts"]) :],
         "devices": after["linux"]["devices"],
-        "rules": after["linux"]["resources"]["devices"][1:],
     }
     nodes = {d["path"]: d for d in edit["devices"]}
-    for node, rule in zip(edit["devices"], edit["rules"]):
+    for node in edit["devices"]:
         rdev = os.stat(synth_root / "dev" / os.path.basename(node["path"])).st_rdev
         numbers = (os.major(rdev), os.minor(rdev))
         assert (node.pop("major"), node.pop("minor")) == numbers
-        assert (rule.pop("major"), rule.pop("minor")) == numbers
     assert sorted(nodes) == sorted(f"/dev/{n}" for n in synthetic.SUITE_NAMES[:5])
     text = json.loads(json.dumps(edit).replace(str(synth_root), "<source>"))
     assert text == golden_json(GOLDEN / "precreate-synthetic.json", text)
@@ -190,9 +187,7 @@ def test_sources_are_resolved_inside_the_source_root(hook_exe, tmp_path, synth_r
         assert not mount["source"].startswith(str(rootfs))
 
 
-def test_user_namespace_leaves_the_nodes_to_prestart_but_not_the_rules(
-    hook_exe, tmp_path, synth_root
-):
+def test_user_namespace_leaves_the_nodes_and_rules_to_prestart(hook_exe, tmp_path, synth_root):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(synthetic.config(synth_root, tmp_path)))
     spec = json.loads(sample(rhel_root(tmp_path / "rootfs"), "0"))
@@ -201,7 +196,8 @@ def test_user_namespace_leaves_the_nodes_to_prestart_but_not_the_rules(
     assert result.returncode == 0, result.stderr
     after = json.loads(result.stdout)
     assert after["linux"].get("devices") in (None, [])
-    assert len(after["linux"]["resources"]["devices"]) == 4  # deny-all, synth0 + 2 control
+    assert after["linux"]["resources"] == spec["linux"]["resources"]
+    assert len(after["mounts"]) > len(spec["mounts"])
 
 
 def test_a_failed_edit_hands_the_config_back_and_logs_why(hook_exe, tmp_path, synth_root):

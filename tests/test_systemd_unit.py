@@ -62,25 +62,47 @@ def test_missing_links(tmp_path):
 
 
 def test_rules_are_added_once_as_runtime_properties(stand_in):
-    added = systemd.allow_unit_devices("libpod-c1.scope", [NULL, LOOP])
+    added = systemd.allow_unit_devices("libpod-c1.scope", [NULL, LOOP]).added
     assert added == [("/dev/char/1:3", "rw"), ("/dev/block/7:0", "r")]
     sets = [body for member, body in stand_in.calls if member == "SetUnitProperties"]
     assert sets == [["libpod-c1.scope", True, [("DeviceAllow", ("a(ss)", added))]]]
     assert stand_in.units["libpod-c1.scope"].allow == [("/dev/char/1:5", "rwm"), *added]
     # the same rules again (a second hook run): nothing new to add, no call
-    assert systemd.allow_unit_devices("libpod-c1.scope", [NULL]) == []
+    assert systemd.allow_unit_devices("libpod-c1.scope", [NULL]).added == []
     assert len([m for m, _ in stand_in.calls if m == "SetUnitProperties"]) == 1
 
 
 def test_a_unit_systemd_does_not_restrict_is_left_alone(stand_in):
     stand_in.units["crun-c2.scope"] = Unit("auto", [])
     lines = []
-    assert systemd.allow_unit_devices("crun-c2.scope", [NULL], lines.append) == []
+    granted = systemd.allow_unit_devices("crun-c2.scope", [NULL], lines.append)
+    assert granted.added == [] and granted.unit.device_programs() == []
     assert lines == [
-        "systemd unit crun-c2.scope: DevicePolicy=auto and no DeviceAllow=: systemd does not "
-        "restrict its devices, no unit property added"
+        "systemd unit crun-c2.scope: DevicePolicy=auto, no DeviceAllow= and no "
+        "BPFProgram=device: systemd does not restrict its devices, no unit property added"
     ]
     assert "SetUnitProperties" not in [m for m, _ in stand_in.calls]
+
+
+def test_a_unit_with_a_pinned_device_program_is_read_and_not_given_device_allow(stand_in):
+    """crun 1.23+: DevicePolicy=auto, no DeviceAllow=, BPFProgram=device:PIN. Adding a
+    DeviceAllow= entry would make systemd restrict the unit to it (every other device
+    denied); the program's path goes back to the caller (cgroups/pinned.py)."""
+    pin = "/sys/fs/bpf/crun/libpod-c3_scope"
+    programs = [("device", pin), ("ingress", "/sys/fs/bpf/other")]
+    stand_in.units["libpod-c3.scope"] = Unit("auto", [], programs)
+    lines = []
+    granted = systemd.allow_unit_devices("libpod-c3.scope", [NULL], lines.append)
+    assert granted.added == [] and lines == []
+    assert granted.unit.programs == programs and granted.unit.device_programs() == [pin]
+    assert "SetUnitProperties" not in [m for m, _ in stand_in.calls]
+
+
+def test_a_systemd_without_bpf_program_answers_unknown_property(stand_in):
+    """systemd before 249 has no BPFProgram property: read as none."""
+    stand_in.units["libpod-c4.scope"] = Unit("strict", [], None)
+    granted = systemd.allow_unit_devices("libpod-c4.scope", [NULL])
+    assert granted.added == [("/dev/char/1:3", "rw")] and granted.unit.programs == []
 
 
 def test_no_such_unit_is_one_line(stand_in):
@@ -109,7 +131,7 @@ def test_old_systemd_needs_the_links(stand_in, monkeypatch, tmp_path):
     monkeypatch.setattr(systemd, "DEV", str(tmp_path))  # a /dev with one link, 1:3
     (tmp_path / "char").mkdir()
     os.symlink("/dev/null", tmp_path / "char" / "1:3")
-    assert systemd.allow_unit_devices("libpod-c1.scope", [NULL]) == [("/dev/char/1:3", "rw")]
+    assert systemd.allow_unit_devices("libpod-c1.scope", [NULL]).added == [("/dev/char/1:3", "rw")]
     with pytest.raises(OcihookError) as exc:
         systemd.allow_unit_devices("libpod-c1.scope", [DeviceRule("c", 1, 7, "rw")])
     assert str(exc.value) == (
@@ -126,7 +148,7 @@ def test_the_bus_first_then_the_private_socket(stand_in, monkeypatch, tmp_path):
     try:
         monkeypatch.setattr(systemd, "SYSTEM_BUS_SOCKET", bus.path)
         lines = []
-        added = systemd.allow_unit_devices("libpod-c1.scope", [NULL], lines.append)
+        added = systemd.allow_unit_devices("libpod-c1.scope", [NULL], lines.append).added
     finally:
         bus.close()
     assert added == [("/dev/char/1:3", "rw")]

@@ -207,6 +207,11 @@ class _Injection:
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
             self._close()
+            if any(e.action == grant.PIN_ACTION for e in self.edits):
+                from ocihook.cgroups import pinned  # crun 1.23+ under systemd only
+
+                for unit in pinned.sweep():  # containers whose poststop stage never ran
+                    self._debug(f"removed the pinned device programs of {unit} (gone)")
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
             if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
@@ -260,6 +265,11 @@ class _Injection:
             )
             info = lambda line: self.log.info(f"{container.id}: {line}")  # noqa: E731
             self.edits = grant.allow_devices(cgroup, rules, info)
+            warning = grant.update_warning(
+                self.edits, _runtime_name(), CRIO_ANNOTATION in container.annotations
+            )
+            if warning:
+                info(warning)
             if self.log.debug_enabled:
                 records = [e.record() for e in self.edits]
                 self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
@@ -340,6 +350,17 @@ class _Injection:
                 os.close(fd)
             if self.ldconfig_fd is not None:
                 os.close(self.ldconfig_fd)
+
+
+CRIO_ANNOTATION = "io.kubernetes.cri-o.ContainerID"  # CRI-O writes it into every container's
+
+
+def _runtime_name() -> str:
+    """The name of the program that runs the hook (the OCI runtime: runc, crun), or ""."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{os.getppid()}/exe"))
+    except OSError:
+        return ""
 
 
 def _undo_cgroup(target, edits, log: record.Log, container_id: str) -> None:

@@ -1,9 +1,14 @@
 """The precreate stage (podman's hooks.d extension, `ocihook-hook --stage precreate`): the
 proposed OCI config on stdin, before the runtime's `create`; the config on stdout, with the
-request's device nodes in `linux.devices`, their rules in `linux.resources.devices` and the
-driver's bind mounts in `mounts`. The runtime then creates, allows and records them itself:
-systemd gets them as `DeviceAllow=`, `runc update`/`crun update`, `podman exec` and
-`systemctl daemon-reload` keep them (docs/cgroups.md, Routes).
+request's device nodes in `linux.devices` and the driver's bind mounts in `mounts`: the
+runtime creates and mounts them itself.
+
+The device *rules* are not put in `linux.resources.devices`: `podman update` (podman 5.4 and
+later) sends the runtime podman's own stored device list, which never has them, and crun then
+refuses the update (1.23 and later: the list differs from its pinned program) or rebuilds the
+container's device program from that list (before 1.23, and under cgroupfs), dropping them.
+The prestart stage grants them where the runtime and systemd keep them through reloads and
+updates (ocihook/cgroups/grant.py; docs/cgroups.md, Routes).
 
 The edit is rendered from the finalized plan's executor view (`plan.model.executor_view`, what
 the CDI spec is made of: ocihook/cdi/spec.py), nothing decided again; what the runtime
@@ -106,9 +111,9 @@ def plan_edit(container, config: dict, request) -> dict:
             execute.close_trees(trees)
     edit = config_edit(executor_view(final), sources)
     log.info(
-        f"precreate: {len(edit['mounts'])} mounts, {len(edit['devices'])} device nodes, "
-        f"{len(edit['rules'])} device rules for the runtime (profile {final.profile}, "
-        f"request {final.request}, source {final.source_root})"
+        f"precreate: {len(edit['mounts'])} mounts, {len(edit['devices'])} device nodes for "
+        f"the runtime (profile {final.profile}, request {final.request}, "
+        f"source {final.source_root})"
     )
     return edit
 
@@ -116,7 +121,8 @@ def plan_edit(container, config: dict, request) -> dict:
 def config_edit(view: dict, sources: list[str]) -> dict:
     """The OCI config entries for a finalized plan's executor view (`plan.model.executor_view`):
     its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
-    with the CDI spec's options, its mknod nodes as `linux.devices`, and every node's rule."""
+    with the CDI spec's options, and its mknod nodes as `linux.devices` (their rules are the
+    prestart stage's: the module's docstring)."""
     from ocihook.cdi.spec import _mount
 
     if len(sources) != len(view["mounts"]):
@@ -145,17 +151,7 @@ def config_edit(view: dict, sources: list[str]) -> dict:
         for d in view["devices"]
         if d["strategy"] == "mknod"  # a user namespace: the prestart stage binds the node
     ]
-    rules = [
-        {
-            "allow": True,
-            "type": r["type"],
-            "major": r["major"],
-            "minor": r["minor"],
-            "access": r["access"],
-        }
-        for r in view["cgroup_rules"]
-    ]
-    return {"mounts": mounts, "devices": devices, "rules": rules}
+    return {"mounts": mounts, "devices": devices}
 
 
 def apply_edit(spec: dict, edit: dict) -> dict:
@@ -186,11 +182,6 @@ def apply_edit(spec: dict, edit: dict) -> dict:
                 f"({old.get('type')} {old.get('major')}:{old.get('minor')}) than the driver's "
                 f"({d['type']} {d['major']}:{d['minor']})"
             )
-    resources = linux.setdefault("resources", {})
-    if not isinstance(resources, dict):
-        raise OcihookError(f"{WHERE}: field 'linux.resources' must be an object")
-    rules = _list(resources, "devices", "linux.resources.devices")
-    rules.extend(r for r in edit["rules"] if r not in rules)
     return spec
 
 

@@ -24,6 +24,8 @@ Insn = tuple[int, int, int, int, int]
 
 # Commands.
 BPF_PROG_LOAD = 5
+BPF_OBJ_PIN = 6
+BPF_OBJ_GET = 7
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
 BPF_PROG_GET_FD_BY_ID = 13
@@ -186,6 +188,14 @@ class _AttachAttr(ctypes.Structure):
         ("attach_type", ctypes.c_uint32),
         ("attach_flags", ctypes.c_uint32),
         ("replace_bpf_fd", ctypes.c_uint32),
+    ]
+
+
+class _ObjAttr(ctypes.Structure):
+    _fields_ = [
+        ("pathname", ctypes.c_uint64),
+        ("bpf_fd", ctypes.c_uint32),
+        ("file_flags", ctypes.c_uint32),
     ]
 
 
@@ -380,3 +390,17 @@ def prog_detach(cgroup_fd: int, prog_fd: int) -> None:
     """Detach one device program from a cgroup."""
     attr = _AttachAttr(target_fd=cgroup_fd, attach_bpf_fd=prog_fd, attach_type=BPF_CGROUP_DEVICE)
     _bpf(BPF_PROG_DETACH, attr, "BPF_PROG_DETACH")
+
+
+def obj_pin(prog_fd: int, path: str) -> None:
+    """Pin a program at `path` in a bpf file system (BPF_OBJ_PIN); the path must not exist."""
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    attr = _ObjAttr(pathname=ctypes.addressof(name), bpf_fd=prog_fd)
+    _bpf(BPF_OBJ_PIN, attr, f"BPF_OBJ_PIN {path}")
+
+
+def obj_get(path: str) -> int:
+    """Open the program pinned at `path` (BPF_OBJ_GET); returns its fd."""
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    attr = _ObjAttr(pathname=ctypes.addressof(name))
+    return _bpf(BPF_OBJ_GET, attr, f"BPF_OBJ_GET {path}")

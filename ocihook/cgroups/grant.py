@@ -33,6 +33,7 @@ from ocihook.structs import Struct
 V1_ACTION = "devices.allow"
 V2_ACTION = "bpf-prepend-allow"
 UNIT_ACTION = "unit-device-allow"  # a runtime DeviceAllow= property of the systemd unit
+PIN_ACTION = "unit-bpf-program"  # the unit's BPFProgram= named our pinned copy (pinned.py)
 
 
 SUBGROUP_ANNOTATION = "run.oci.systemd.subgroup"
@@ -307,12 +308,24 @@ def _allow_unit(target: CgroupTarget, rules: list[DeviceRule], log) -> list[Devi
                 "no unit to tell, the device rules are in the cgroup only"
             )
         return []
-    added = systemd.allow_unit_devices(unit, rules, log)
-    return [
+    granted = systemd.allow_unit_devices(unit, rules, log)
+    edits = [
         DeviceEdit("systemd", unit, UNIT_ACTION, r)
         for r in rules
-        if (systemd.device_path(r), r.access) in added
+        if (systemd.device_path(r), r.access) in granted.added
     ]
+    if granted.unit.device_programs():  # crun 1.23+: systemd re-attaches a pinned program
+        from ocihook.cgroups import pinned
+
+        pins, dropin = pinned.extend(unit, granted.unit.programs, rules)
+        edits += [DeviceEdit("systemd", unit, PIN_ACTION, r) for r in rules]
+        if log is not None:
+            log(
+                f"systemd unit {unit}: its device program (BPFProgram=device:"
+                f"{', '.join(granted.unit.device_programs())}) extended as {', '.join(pins)}, "
+                f"which {dropin} names on the unit from the next daemon-reload on"
+            )
+    return edits
 
 
 def _allow_cgroup(target: CgroupTarget, rules: list[DeviceRule]) -> list[DeviceEdit]:
@@ -371,7 +384,22 @@ def _v2_strip(dirs: list[str], rules: list[DeviceRule]) -> None:
 
 
 def revert_device_edits(target: CgroupTarget, edits: list[DeviceEdit]) -> None:
-    """Best-effort undo of allow_devices; raises OcihookError only if an undo step failed."""
+    """Best-effort undo of allow_devices; raises OcihookError only if an undo step failed.
+    The unit's DeviceAllow= entries stay (systemd drops a transient unit's properties with
+    the failed container's scope); our pinned programs and their drop-in go."""
+    failed: list[str] = []
+    units = sorted({e.path for e in edits if e.action == PIN_ACTION})
+    if units:
+        from ocihook.cgroups import pinned
+
+        failed = [f for unit in units for f in pinned.remove(unit)]
+    _revert_cgroup(target, edits)
+    if failed:
+        raise OcihookError(f"cannot remove {'; '.join(failed)}")
+
+
+def _revert_cgroup(target: CgroupTarget, edits: list[DeviceEdit]) -> None:
+    """Undo the cgroup's own edits (v1 devices.deny, v2 strip)."""
     dirs = target.dirs()
     mine = [e for e in edits if e.cgroup == target.version and e.path in dirs]
     if not mine:
@@ -434,3 +462,18 @@ def _v1_allow(dir_fd: int, path: str, lines: list[str]) -> None:
         except OcihookError:
             pass
         raise
+
+
+def update_warning(edits: list[DeviceEdit], runtime: str, crio: bool) -> str | None:
+    """The line to log when a later `podman update` will drop these grants, else None:
+    podman 5.4+ sends crun podman's own device list, and crun rebuilds its device program
+    from it unless it pinned one that systemd attaches (crun 1.23+, PIN_ACTION); runc leaves
+    the device rules alone, CRI-O sends no device list (docs/cgroups.md, "Which runtime
+    keeps what"). `runtime`: the name of the runtime that ran the hook."""
+    if crio or runtime != "crun" or not edits or any(e.action == PIN_ACTION for e in edits):
+        return None
+    return (
+        "warning: a podman update (podman 5.4 and later) drops these devices: crun rebuilds "
+        "its device program from podman's own device list (crun before 1.23, or under "
+        "cgroupfs); runc and crun 1.23+ under systemd keep them (docs/cgroups.md)"
+    )

@@ -98,11 +98,30 @@ def missing_links(entries: list[tuple[str, str]], dev: str | None = None) -> lis
     return out
 
 
-class UnitDevices:
-    """What the unit holds: its DevicePolicy, its DeviceAllow= entries, systemd's version."""
+UNKNOWN_PROPERTY = (
+    "org.freedesktop.DBus.Error.UnknownProperty",  # systemd before 249: no BPFProgram=
+    "org.freedesktop.DBus.Error.InvalidArgs",
+)
 
-    def __init__(self, policy: str, allow: list[tuple[str, str]], version: int | None) -> None:
+
+class UnitDevices:
+    """What the unit holds: its DevicePolicy, its DeviceAllow= entries, systemd's version
+    and its BPFProgram= entries (attach type, bpffs path; crun 1.23 and later name the
+    container's device program there, pinned under /sys/fs/bpf/crun/)."""
+
+    def __init__(
+        self,
+        policy: str,
+        allow: list[tuple[str, str]],
+        version: int | None,
+        programs: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.policy, self.allow, self.version = policy, allow, version
+        self.programs = list(programs or [])
+
+    def device_programs(self) -> list[str]:
+        """The bpffs paths of the unit's BPFProgram=device: entries."""
+        return [path for kind, path in self.programs if kind == "device"]
 
     def restricts(self) -> bool:
         """Whether systemd itself restricts the unit's devices (then it owns a program or
@@ -111,7 +130,9 @@ class UnitDevices:
 
 
 def read_unit(conn, unit: str) -> UnitDevices:
-    """DevicePolicy and DeviceAllow of a loaded unit, and systemd's version."""
+    """DevicePolicy, DeviceAllow and BPFProgram of a loaded unit, and systemd's version."""
+    from ocihook.cgroups import dbuswire
+
     interface = _interface(unit)
     (path,) = conn.call(SYSTEMD, MANAGER_PATH, MANAGER, "GetUnit", "s", (unit,))
 
@@ -122,7 +143,13 @@ def read_unit(conn, unit: str) -> UnitDevices:
     version = parse_version(str(get(MANAGER_PATH, MANAGER, "Version")))
     policy = str(get(path, interface, "DevicePolicy"))
     allow = [(str(p), str(a)) for p, a in get(path, interface, "DeviceAllow")]
-    return UnitDevices(policy, allow, version)
+    try:
+        programs = [(str(k), str(p)) for k, p in get(path, interface, "BPFProgram")]
+    except dbuswire.BusError as error:
+        if error.name not in UNKNOWN_PROPERTY:
+            raise
+        programs = []
+    return UnitDevices(policy, allow, version, programs)
 
 
 def _interface(unit: str) -> str:
@@ -138,18 +165,20 @@ def add_device_allow(conn, unit: str, entries: list[tuple[str, str]]) -> None:
     conn.call(SYSTEMD, MANAGER_PATH, MANAGER, "SetUnitProperties", "sba(sv)", (unit, True, [prop]))
 
 
-def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> list[tuple[str, str]]:
-    """Add the rules to the unit's DeviceAllow= (runtime); returns the entries added, []
-    where systemd does not restrict the unit's devices (a reload then recomputes nothing
-    that could drop them: logged). The system bus first (what the runtimes use), systemd's
-    private socket where the bus cannot be reached, does not answer or has no systemd on it
-    (logged; the exchange is idempotent: entries already there are not added again).
-    OcihookError (one line) when systemd cannot be told."""
+def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> UnitGrant:
+    """Add the rules to the unit's DeviceAllow= (runtime) where systemd restricts the unit's
+    devices by it (a reload recomputes the unit's program from that list); returns the
+    entries added and what the unit holds, whose BPFProgram=device: entries (crun 1.23 and
+    later) the caller extends (pinned.py). A unit that systemd restricts neither way is left
+    alone (logged): a reload has nothing of it to recompute. The system bus first (what the
+    runtimes use), systemd's private socket where the bus cannot be reached, does not answer
+    or has no systemd on it (logged; the exchange is idempotent: entries already there are
+    not added again). OcihookError (one line) when systemd cannot be told."""
     from ocihook.cgroups import dbuswire
 
     entries = device_allow(rules)
     if not entries:
-        return []
+        return UnitGrant([], UnitDevices("auto", [], None))
     failed = []
     for path, bus in ((SYSTEM_BUS_SOCKET, True), (PRIVATE_SOCKET, False)):
         if bus and not os.path.exists(path):  # no dbus-daemon: the private socket, unlogged
@@ -172,16 +201,24 @@ def allow_unit_devices(unit: str, rules: list[DeviceRule], log=None) -> list[tup
     )
 
 
-def _exchange(conn, unit: str, entries: list[tuple[str, str]], log) -> list[tuple[str, str]]:
+class UnitGrant:
+    """What allow_unit_devices did: the DeviceAllow= entries it added, and the unit as read."""
+
+    def __init__(self, added: list[tuple[str, str]], unit: UnitDevices) -> None:
+        self.added, self.unit = added, unit
+
+
+def _exchange(conn, unit: str, entries: list[tuple[str, str]], log) -> UnitGrant:
     """Read the unit, then add the entries it lacks (allow_unit_devices)."""
     unit_devices = read_unit(conn, unit)
     if not unit_devices.restricts():
-        if log is not None:
+        if log is not None and not unit_devices.device_programs():
             log(
-                f"systemd unit {unit}: DevicePolicy=auto and no DeviceAllow=: systemd "
-                "does not restrict its devices, no unit property added"
+                f"systemd unit {unit}: DevicePolicy=auto, no DeviceAllow= and no "
+                "BPFProgram=device: systemd does not restrict its devices, no unit property "
+                "added"
             )
-        return []
+        return UnitGrant([], unit_devices)
     version = unit_devices.version
     if version is None or version < PARSES_DEVNUM_PATHS:
         missing = missing_links(entries)
@@ -194,4 +231,4 @@ def _exchange(conn, unit: str, entries: list[tuple[str, str]], log) -> list[tupl
     wanted = [e for e in entries if e not in unit_devices.allow]
     if wanted:
         add_device_allow(conn, unit, wanted)
-    return wanted
+    return UnitGrant(wanted, unit_devices)

@@ -50,7 +50,12 @@ def _close(progs: list[_Prog]) -> None:
 
 def _original_insns(prog: _Prog, path: str) -> list[bpf.Insn]:
     """The program's instructions if they can be loaded again, else OcihookError."""
-    info = prog.info
+    return reloadable_insns(prog.info, f"cgroup v2 {path}: device program {prog.id}")
+
+
+def reloadable_insns(info: bpf.ProgInfo, what: str) -> list[bpf.Insn]:
+    """A device program's instructions if they can be loaded again, else OcihookError
+    naming `what` (the program: where it is attached or pinned)."""
     problem = None
     if info.type != bpf.BPF_PROG_TYPE_CGROUP_DEVICE:
         problem = f"has type {info.type}, not cgroup device"
@@ -61,8 +66,7 @@ def _original_insns(prog: _Prog, path: str) -> list[bpf.Insn]:
     else:
         problem = bpf.reloadable_problem(info.xlated)
     if problem:
-        msg = f"cgroup v2 {path}: device program {prog.id} {problem}; cannot extend it"
-        raise OcihookError(msg)
+        raise OcihookError(f"{what} {problem}; cannot extend it")
     return list(info.xlated or [])
 
 

@@ -57,6 +57,7 @@ class Reader:
     files: list[str] = field(default_factory=list)  # config files read, in order
     problems: list[str] = field(default_factory=list)  # why the runtime would not start
     notes: list[str] = field(default_factory=list)
+    version: tuple | None = None  # the engine's (major, minor), where known
 
 
 class _ConfigError(Exception):
@@ -202,7 +203,7 @@ def podman_reader(
 ) -> Reader:
     """The directories podman run by `uid` reads (rootless when uid is not 0)."""
     name = "podman" if uid == 0 else f"rootless podman (uid {uid})"
-    reader = Reader(name, [DEFAULT_DIR], "default")
+    reader = Reader(name, [DEFAULT_DIR], "default", version=version)
     stops = "podman runs no container until it is fixed"
     files, required = podman_config_files(env, uid, version, root)
     for path in files:

@@ -211,10 +211,9 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     readers = hooksdirs.readers()
     findings += registration.runtime_findings(readers)
     findings += registration.registration_findings(readers, list(hooks_dirs))
-    route = routes.route_findings(readers, list(hooks_dirs))
+    findings += routes.route_findings(readers, list(hooks_dirs))
     if config is not None and config["kubernetes"]["device_plugin"]:
-        route = [_allocated_route(f, routes) for f in route]
-    findings += route
+        findings += [_allocated_route(r.runtime) for r in readers if r.runtime == "CRI-O"]
     status = EXIT_FAILURE if failed(findings) else 0
     if as_json:
         emit_json(
@@ -250,22 +249,16 @@ def _mode(config: dict) -> str:
     )
 
 
-def _allocated_route(finding, routes):
-    """In Kubernetes mode CRI-O's update limit does not reach the allocated devices: the
-    plugin's device specs are in the container's config, the runtime holds them."""
-    limit = routes.UPDATE_LIMIT.format(
-        runtime="CRI-O", updates=routes.UPDATES["CRI-O"], durable=routes.DURABLE["CRI-O"]
-    )
-    if finding.message != limit:
-        return finding
+def _allocated_route(runtime: str):
+    """Kubernetes mode: the runtime holds the allocated devices itself."""
     from ocihook.check.findings import OK, Finding
 
     return Finding(
         OK,
-        finding.topic,
-        "route: CRI-O: Kubernetes mode: the device plugin's device specs put the allocated "
-        "devices in the container's config, so the runtime creates and allows them itself: "
-        "they survive crictl update, the kubelet's CPU manager and systemctl daemon-reload",
+        "route",
+        f"route: {runtime}: Kubernetes mode: the device plugin's device specs put the allocated "
+        "devices in the container's config, so the runtime creates and allows them itself, "
+        "whatever the hook's own cgroup edits do",
     )
 
 

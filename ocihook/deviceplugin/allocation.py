@@ -5,9 +5,10 @@ The channel (docs/kubernetes.md, "The allocation channel"):
 
 - `devices`: every node of the allocated devices and the shared control nodes as device
   specs, so that the runtime itself creates them and allows them in the container's device
-  cgroup: they survive `UpdateContainerResources` (`crictl update`, the CPU manager) and a
-  systemd daemon-reload, which drop a prestart hook's own grants. The hook sees them in
-  config.json and leaves them to the runtime (apply/owned.py).
+  cgroup: they are in the container's own config, where `UpdateContainerResources`
+  (`crictl update`, the CPU manager) and a systemd daemon-reload find them, whatever the
+  hook's own cgroup edits do. The hook sees them in config.json and leaves them to the
+  runtime (apply/owned.py).
 - `annotations`: `ocihook.io/devices: <ids>` (the config's request.annotation). kubelet puts
   a device plugin's annotations on the *container's* CRI config; CRI-O records exactly those
   (with kubelet's own) as JSON in `io.kubernetes.cri-o.Annotations`, written over any pod

@@ -87,9 +87,15 @@ def serve_one_call(conn: d.Connection, reply=None) -> d.Message:
 
 
 class Unit:
-    def __init__(self, policy: str = "strict", allow: list | None = None) -> None:
+    """A unit as the stand-in serves it; `programs`: its BPFProgram= entries, None for a
+    systemd before 249 (which has no such property: UnknownProperty)."""
+
+    def __init__(
+        self, policy: str = "strict", allow: list | None = None, programs: list | None = ()
+    ) -> None:
         self.policy = policy
         self.allow = list(allow or [])
+        self.programs = None if programs is None else list(programs)
 
 
 class StandInSystemd:
@@ -182,6 +188,12 @@ class StandInSystemd:
                 return d.METHOD_RETURN, {}, "v", (("s", unit.policy),)
             if prop == "DeviceAllow":
                 return d.METHOD_RETURN, {}, "v", (("a(ss)", unit.allow),)
+            if prop == "BPFProgram":
+                if unit.programs is None:
+                    return self._error(
+                        "org.freedesktop.DBus.Error.UnknownProperty", f"Unknown property {prop}"
+                    )
+                return d.METHOD_RETURN, {}, "v", (("a(ss)", unit.programs),)
         if member == "SetUnitProperties":
             if self.fail_set:
                 return self._error(self.fail_set, "refused by the stand-in")
