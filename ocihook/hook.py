@@ -34,6 +34,7 @@ USAGE = (
     "(OCI state JSON on stdin; at precreate the OCI config)"
 )
 STAGES = ("prestart", "precreate")  # prestart: every stage that gets the state (poststop too)
+CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"  # request.parse's, not imported
 
 
 def _parse_args(argv: list[str]) -> dict[str, str]:
@@ -128,9 +129,14 @@ def _may_ask(state: dict, config: dict) -> bool:
     """False when the state alone shows the container asks for nothing: the runtime copies
     config.json's annotations into the state, so without the env channel there is no
     need to read config.json at all (the common case, kept cheapest)."""
+    annotations = state.get("annotations")
+    if config["kubernetes"]["device_plugin"]:  # Kubernetes mode: the allocation, CRI-O's key
+        text = None if annotations is None else annotations.get(CRIO_CONTAINER_ANNOTATIONS)
+        return annotations is None or (
+            text is not None and f'"{config["request"]["annotation"]}":' in text
+        )
     if config["request"]["env"]:
         return True
-    annotations = state.get("annotations")
     return annotations is None or config["request"]["annotation"] in annotations
 
 
@@ -140,11 +146,16 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     settings = config["request"]
     prefix = config["profile"]["env_prefix"]
     env_key = f"{prefix}_VISIBLE_DEVICES" if settings["env"] and prefix else None
-    from ocihook.request.parse import requested_devices
+    if config["kubernetes"]["device_plugin"]:  # only what the device plugin allocated
+        from ocihook.request.parse import allocated_devices
 
-    request = requested_devices(
-        container.annotations, container.env, settings["annotation"], env_key
-    )
+        request = allocated_devices(container.annotations, settings["annotation"])
+    else:
+        from ocihook.request.parse import requested_devices
+
+        request = requested_devices(
+            container.annotations, container.env, settings["annotation"], env_key
+        )
     if request.empty:
         return request
     _imex_request(request, container, config)

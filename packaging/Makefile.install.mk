@@ -46,6 +46,16 @@ SELINUX_PP := build/selinux/ocihook.pp
 
 .PHONY: install uninstall install-check
 
+# A registration file, its paths moved to PREFIX, written through a dot file and a rename:
+# CRI-O and podman watch their hooks dirs, and CRI-O logs a half-written file as invalid JSON
+# ("unexpected end of JSON input") and skips it (the dot file: CRI-O reads only *.json).
+define install_registration
+sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
+		$(1) > "$(dir $(2)).$(notdir $(2)).tmp"
+	chmod 0644 "$(dir $(2)).$(notdir $(2)).tmp"
+	mv -f "$(dir $(2)).$(notdir $(2)).tmp" "$(2)"
+endef
+
 install:
 	@test -n "$(PYTHON_SITEDIR)" || { echo "install: $(HOOK_PYTHON) does not run" >&2; exit 1; }
 	@echo "install: package -> $(DESTDIR)$(PYTHON_SITEDIR)/ocihook (copied, no pip: PEP 668's marker only guards pip)"
@@ -72,14 +82,10 @@ install:
 	$(HOOK_PYTHON) -I packaging/hook_executable.py --python "$(HOOK_PYTHON)" \
 		--package-dir "$(PYTHON_SITEDIR)" "$(DESTDIR)$(LIBEXECDIR)/ocihook/ocihook-hook"
 	install -d -m 0755 "$(DESTDIR)$(HOOKSDIR)" "$(DESTDIR)$(DATADIR)/ocihook/examples"
-	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
-		hooks.d/ocihook.json > "$(DESTDIR)$(HOOKSDIR)/ocihook.json"
-	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
-		hooks.d/ocihook-env.json > "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
-	chmod 0644 "$(DESTDIR)$(HOOKSDIR)/ocihook.json" "$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json"
+	$(call install_registration,hooks.d/ocihook.json,$(DESTDIR)$(HOOKSDIR)/ocihook.json)
+	$(call install_registration,hooks.d/ocihook-env.json,$(DESTDIR)$(DATADIR)/ocihook/examples/ocihook-env.json)
 	install -d -m 0755 "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman"
-	sed 's|/usr/libexec/ocihook/ocihook-hook|$(LIBEXECDIR)/ocihook/ocihook-hook|; s|/etc/ocihook/|$(SYSCONFDIR)/ocihook/|' \
-		hooks.d/ocihook-precreate.json > "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json"
+	$(call install_registration,hooks.d/ocihook-precreate.json,$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json)
 	install -m 0644 packaging/50-ocihook-precreate.conf "$(DESTDIR)$(DATADIR)/ocihook/examples/"
 	chmod 0644 "$(DESTDIR)$(DATADIR)/ocihook/hooks.d.podman/ocihook-precreate.json"
 	install -d -m 0755 "$(DESTDIR)$(SYSCONFDIR)/ocihook/profiles" "$(DESTDIR)$(DATADIR)/ocihook/profiles"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import cluster as cluster_support
 from tests.support import crio as crio_support
 from tests.support import devstack, images, podman, py39, rootless, synthetic
 
@@ -191,6 +193,80 @@ def crio_setup(crio, tmp_path, synth_root) -> crio_support.Setup:
     assert sorted(crio.mounts()) == sorted(before)
 
 
+@dataclass
+class Kube:
+    """The kube tier's session: the cluster, the device plugin on the host, the synthetic
+    driver of its own (its device root: `root`), the hook config, the images."""
+
+    cluster: cluster_support.Cluster
+    plugin: cluster_support.Plugin
+    root: Path
+    config: Path
+    dir: Path
+    images: dict
+    resource: str = "ocihook.io/synthetic"
+
+    def write_config(self, **overrides) -> None:
+        settings = base_config(self.dir, self.root, kubernetes={"device_plugin": True})
+        settings.update(overrides)
+        self.config.write_text(yaml.safe_dump(settings))
+
+
+# NUMA nodes of the kube tier's synthetic devices (sysfs under its device root): 0 and 2 on
+# node 0, 1 on node 1, so that a request for two stays on node 0 only by preference.
+KUBE_NUMA = {"synth0": 0, "synth1": 1, "synth2": 0}
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory, hook_exe) -> Kube:
+    """A real single-node cluster (tests/support/cluster.py) for the whole session, CRI-O's
+    hooks dir holding the hook in Kubernetes mode (hooks.d/ocihook-kubernetes.json's gate),
+    `ocihook device-plugin` registered with the kubelet. Everything is taken down at the end
+    (down.sh: processes, the namespace and its mounts, the kubepods cgroups, the state dir);
+    a killed run's cluster is taken down first."""
+    swept = cluster_support.sweep()
+    if swept:
+        warnings.warn(swept, stacklevel=1)
+    work = tmp_path_factory.mktemp("kube")
+    work.chmod(0o755)
+    root = synthetic.build_driver(work / "driver")
+    for name, numa in KUBE_NUMA.items():
+        rdev = os.stat(root / "dev" / name).st_rdev
+        sysfs = root / f"sys/dev/char/{os.major(rdev)}:{os.minor(rdev)}/device"
+        sysfs.mkdir(parents=True)
+        (sysfs / "numa_node").write_text(f"{numa}\n")
+    server = cluster_support.Cluster()
+    plugin = None
+    try:
+        server.up()
+        setup = Kube(server, None, root, work / "config.yaml", work, {})
+        setup.write_config()
+        # The shipped registration (Kubernetes mode gates as the plain one: CRI-O matches
+        # `when` against the container's and the pod's annotations, which a pod can set),
+        # written whole by a rename: CRI-O watches the dir.
+        document = json.loads((REPO / "hooks.d/ocihook.json").read_text())
+        document["hook"]["path"] = str(hook_exe)
+        document["hook"]["args"] = [
+            "ocihook-hook", "--config", str(setup.config), "--cache-dir", str(work / "cache")
+        ]  # fmt: skip
+        temporary = server.hooks_dir / ".ocihook.json.tmp"
+        temporary.write_text(json.dumps(document))
+        temporary.rename(server.hooks_dir / "ocihook.json")
+        rootfs = images.glibc_rootfs(work / "debian", "debian")
+        setup.images["debian"] = server.import_image(rootfs, "ocihook-kube-debian")
+        plugin = cluster_support.Plugin(setup.config, server.plugin_dir, work / "plugin.log")
+        setup.plugin = plugin
+        plugin.start()
+        plugin.wait_for("registered ocihook.io/synthetic")
+        server.wait_allocatable(setup.resource, 3)
+        yield setup
+    finally:
+        stopped = plugin.stop() if plugin else None
+        left = server.down()
+        assert not left, f"the cluster left: {left}"
+    assert stopped in (0, None), f"the device plugin exited {stopped}"
+
+
 @pytest.fixture(scope="session")
 def rootless_user() -> rootless.User:
     """The ordinary user whose rootless podman the `rootless` tier runs (created if missing)."""
@@ -236,10 +312,13 @@ def rootless_image_busybox(rootless_user, tmp_path_factory):
 # a tier that cannot run there fails its tests with the reason instead of skipping them.
 REQUIRE_TIERS = "OCIHOOK_REQUIRE_TIERS"
 ROOT_FIXTURES = frozenset(
-    {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"}
+    {"synth_root", "hook_setup", "image_busybox", "image_debian", "image_rhel", "crio", "kube"}
 )
-PODMAN_FIXTURES = frozenset({"hook_setup", "image_busybox", "image_debian", "image_rhel", "crio"})
+PODMAN_FIXTURES = frozenset(
+    {"hook_setup", "image_busybox", "image_debian", "image_rhel", "crio", "kube"}
+)
 CRIO_FIXTURES = frozenset({"crio", "crio_setup"})
+KUBE_FIXTURES = frozenset({"kube"})  # the real cluster: tests/support/cluster.py
 PY39_FIXTURES = frozenset({"rhel9"})  # tests/test_rpm.py: the RPM built with .venv-py39
 # Rootless podman as an ordinary user (root creates the user): also root and podman.
 ROOTLESS_FIXTURES = frozenset(
@@ -263,6 +342,8 @@ def _unmet(mark: str) -> str | None:
         return rootless.unmet()
     if mark == "crio":
         return crio_support.unmet()
+    if mark == "kube":
+        return cluster_support.unmet()
     if mark == "vm" and not os.environ.get("OCIHOOK_VM"):
         return "needs a disposable VM (set OCIHOOK_VM=1 there)"
     if mark == "go":
@@ -310,6 +391,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.podman)
         if used & CRIO_FIXTURES:
             item.add_marker(pytest.mark.crio)
+        if used & KUBE_FIXTURES:
+            item.add_marker(pytest.mark.kube)
         if used & PY39_FIXTURES:
             item.add_marker(pytest.mark.py39)
         if used & ROOTLESS_FIXTURES or item.get_closest_marker("rootless"):
@@ -317,7 +400,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if item.get_closest_marker("vm") and _unmet("vm"):  # never a tier of make test
             item.add_marker(pytest.mark.skip(reason=_unmet("vm")))
-        marks = ("root", "podman", "rootless", "crio", "go", "py39", "fedora_sources")
+        marks = ("root", "podman", "rootless", "crio", "kube", "go", "py39", "fedora_sources")
         for mark in marks:
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:

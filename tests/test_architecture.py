@@ -68,6 +68,7 @@ LAYERS = {
         "ocihook.check.*",
         "ocihook.apply.owned",
         "ocihook.pipeline",
+        "ocihook.deviceplugin.*",  # inventory, health, topology, allocation: plain data
     ),
     "execution": (  # the privileged injection path: mounts, nodes, cgroups, ld cache
         "ocihook.apply.*",
@@ -79,6 +80,8 @@ LAYERS = {
         "ocihook.apply.precreate",
         "ocihook.cdi.hooks",
         "ocihook.cli.*",
+        "ocihook.deviceplugin.server",  # gRPC: the kubelet's side
+        "ocihook.deviceplugin.v1beta1.*",  # the generated stubs (make stubs)
     ),
 }
 

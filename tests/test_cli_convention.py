@@ -21,6 +21,7 @@ REPORTS = [
     ("selinux", "relabel"),
     ("selinux", "status"),
     ("cdi", "generate"),
+    ("device-plugin",),  # its --list
 ]
 
 
@@ -51,6 +52,12 @@ def failures(tmp_path):
     return [
         (["plan", "--config", missing], 1, f"ocihook: config {missing}: does not exist"),
         (["cdi", "generate", "--config", missing], 1, f"ocihook: config {missing}: does not exist"),
+        (["device-plugin", "--config", missing], 1, f"ocihook: config {missing}: does not exist"),
+        (
+            ["device-plugin", "--list", "--config", missing],
+            1,
+            f"ocihook: config {missing}: does not exist",
+        ),
         (
             ["audit", "--state-dir", str(tmp_path), missing],
             3,

@@ -87,6 +87,52 @@ def test_install_lays_out_the_readme_table(staged):
     assert list((staged / SITELIB / "ocihook/__pycache__").glob("hook.cpython-*.pyc"))
 
 
+IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x8, 0x80, 0x100
+
+
+def _inotify_events(directory: Path, action) -> list[tuple[str, int]]:
+    """(name, mask) of every event in `directory` while `action()` runs (inotify(7), read
+    through libc: the kernel's own record of what was written and renamed there)."""
+    import ctypes
+    import select
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    try:
+        mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
+        assert libc.inotify_add_watch(fd, os.fsencode(directory), mask) >= 0
+        action()
+        events, data = [], b""
+        while select.select([fd], [], [], 0.2)[0]:
+            data += os.read(fd, 65536)
+        while data:
+            _wd, event_mask, _cookie, length = struct.unpack_from("iIII", data)
+            name = data[16 : 16 + length].rstrip(b"\0").decode()
+            events.append((name, event_mask))
+            data = data[16 + length :]
+        return events
+    finally:
+        os.close(fd)
+
+
+def test_the_registration_appears_whole_by_a_rename(tmp_path):
+    """CRI-O watches its hooks dirs: the hooks.d file is written to a dot file and renamed
+    into place, so no reader ever sees it half-written (the install used to write it in
+    place with `sed >`, and CRI-O logged "unexpected end of JSON input")."""
+    root = tmp_path / "root"
+    hooks = root / "usr/share/containers/oci/hooks.d"
+    hooks.mkdir(parents=True)
+    results = []
+    events = _inotify_events(hooks, lambda: results.append(make("install", f"DESTDIR={root}")))
+    assert results[0].returncode == 0, results[0].stderr
+    on_file = [mask for name, mask in events if name == "ocihook.json"]
+    assert on_file == [IN_MOVED_TO], events  # never created or written under its own name
+    assert any(name.startswith(".") and mask & IN_CLOSE_WRITE for name, mask in events)
+    assert sorted(p.name for p in hooks.iterdir()) == ["ocihook.json"]
+
+
 def test_prefix_moves_the_hook_and_rewrites_what_points_at_it(tmp_path):
     root = tmp_path / "root"
     result = make("install", f"DESTDIR={root}", "PREFIX=/usr/local")

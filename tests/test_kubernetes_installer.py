@@ -222,3 +222,44 @@ def test_daemonset_run_labels_the_node_writes_cdi_and_cleans_up_on_stop(node):
     finally:
         podman.remove(name)
     assert node.snapshot() == pristine
+
+
+@pytest.fixture(scope="module")
+def shim_image(tmp_path_factory) -> str:
+    """An installer image whose payload carries PyPI's `selinux` shim (what `pip install
+    --target` put there while setup.cfg required `selinux`)."""
+    name = "ocihook-k8s-shim-installer"
+    root = tmp_path_factory.mktemp("shim") / "root"
+    yield k8s.installer_image(root, name, extra_lib=k8s.SELINUX_SHIM)
+    subprocess.run(["podman", "rmi", "-f", f"localhost/{name}:latest"], capture_output=True)
+
+
+@pytest.mark.parametrize("bindings", [True, False], ids=["node-has-bindings", "node-has-none"])
+def test_the_payload_never_shadows_the_nodes_selinux_bindings(
+    tmp_path, base_host, shim_image, bindings
+):
+    """`ocihook` on the node (its Python -I, the payload's lib dir first on sys.path) imports
+    the node's own libselinux bindings where its Python has them, and none where it has not:
+    never a shim that says SELinux is off."""
+    node = Node(tmp_path, base_host, shim_image)
+    if bindings:
+        k8s.add_selinux_bindings(node.root)
+    out = ok(node.installer("install"))
+    assert "not installing selinux from the image" in out, out
+    assert not (node.root / "opt/ocihook/lib/selinux").exists()
+    assert not list((node.root / "opt/ocihook/lib").glob("selinux-*.dist-info"))
+    probe = (
+        "import sys; sys.path.insert(0, '/opt/ocihook/lib')\n"
+        "try:\n    import selinux\nexcept ImportError as e:\n    print('none', e)\n"
+        "else:\n    print(selinux.__file__, hasattr(selinux, 'lsetfilecon'))\n"
+    )
+    result = subprocess.run(
+        ["chroot", str(node.root), "/usr/bin/python3", "-I", "-c", probe],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    if bindings:
+        assert result.stdout == "/usr/lib/python3/dist-packages/selinux/__init__.py True\n"
+    else:
+        assert result.stdout.startswith("none No module named 'selinux'"), result.stdout
+    ok(node.installer("uninstall"))

@@ -91,3 +91,32 @@ def test_daemonset_runs_what_the_image_installs():
     assert {env["name"] for env in container["env"]} <= known
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/host", "/config"} <= mounts
+
+
+def test_the_installer_is_ready_as_soon_as_the_hook_is_installed():
+    """A startup probe every second until the hook is there: the kubelet runs the readiness
+    probe as soon as it passes, instead of waiting out the readiness period (30 s) after a
+    first probe that ran before the install ended (a rollout took 1 to 31 s)."""
+    container = load("daemonset.yaml")["spec"]["template"]["spec"]["containers"][0]
+    startup, readiness = container["startupProbe"], container["readinessProbe"]
+    assert startup["exec"] == readiness["exec"]
+    assert startup["periodSeconds"] == 1
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a slow semodule
+
+
+def test_the_device_plugin_runs_from_the_image_with_only_what_it_needs():
+    spec = load("daemonset.yaml")["spec"]["template"]["spec"]
+    plugin = {c["name"]: c for c in spec["containers"]}["device-plugin"]
+    containerfile = (K8S / "Containerfile").read_text()
+    assert plugin["command"][:2] == ["/usr/local/bin/ocihook", "device-plugin"]
+    assert "COPY --from=build /payload-bin/ocihook /usr/local/bin/ocihook" in containerfile
+    assert "--host-root=/host" in plugin["command"]
+    assert "--kubelet-dir=/var/lib/kubelet/device-plugins" in plugin["command"]
+    security = plugin["securityContext"]
+    assert security["privileged"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m for m in plugin["volumeMounts"]}
+    assert set(mounts) == {"/host", "/var/lib/kubelet/device-plugins", "/config"}
+    assert mounts["/host"]["readOnly"] and mounts["/config"]["readOnly"]
+    config = yaml.safe_load(load("configmap.yaml")["data"]["config.yaml"])
+    assert config["kubernetes"]["device_plugin"] is True

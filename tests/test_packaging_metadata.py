@@ -22,8 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 REQUIRES = {
     "click>=7.1.2",
     "PyYAML>=5.4.1",
-    "jsonschema>=3.2.0",
-    "selinux",
+    "jsonschema>=3.2.0",  # no "selinux": the PyPI shim shadows the real bindings
     'tomli>=1.1.0;python_version<"3.11"',  # tomllib from 3.11 (ocihook/check/tomlfile.py)
 }
 

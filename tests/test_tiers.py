@@ -42,3 +42,22 @@ def test_a_missing_tier_is_skipped_for_a_user_and_fails_under_make_test():
     assert required.returncode == 1, required.stdout + required.stderr
     assert "1 error" in required.stdout, required.stdout
     assert f"OCIHOOK_REQUIRE_TIERS=1 (make test runs every tier): {why}" in required.stdout
+
+
+def test_a_missing_kubernetes_fails_the_kube_tier_under_make_test(tmp_path):
+    """Without ../shared/tools/kubernetes the kube tier is skipped for a user and fails
+    under make test, as the crio tier does; no cluster is started."""
+    test = "tests/test_e2e_kube.py::test_a_resource_quota_refuses_a_namespaces_second_pod"
+    env = ["env", f"OCIHOOK_K8S_TOOLS={tmp_path / 'missing'}"]
+    why = f"needs the Kubernetes cluster scripts: {tmp_path / 'missing'}/cluster/up.sh"
+    runs = {}
+    for require in ("0", "1"):
+        command = [*env, f"OCIHOOK_REQUIRE_TIERS={require}", sys.executable, "-m", "pytest"]
+        command += [test, "-p", "no:cacheprovider", "-q", "-rs"]
+        runs[require] = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=300
+        )
+    assert runs["0"].returncode == 0 and "1 skipped" in runs["0"].stdout, runs["0"].stdout
+    assert why in runs["0"].stdout
+    assert runs["1"].returncode == 1 and "1 error" in runs["1"].stdout, runs["1"].stdout
+    assert f"OCIHOOK_REQUIRE_TIERS=1 (make test runs every tier): {why}" in runs["1"].stdout

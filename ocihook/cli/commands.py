@@ -203,6 +203,7 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     except OcihookError as error:
         findings.append(Finding(FAILED, "config", str(error)))
     if config is not None:
+        findings.append(Finding(OK, "mode", _mode(config)))
         _check_driver(
             config, record(OK, "driver"), record(FAILED, "driver"), record(WARNING, "driver")
         )
@@ -211,6 +212,8 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     findings += registration.runtime_findings(readers)
     findings += registration.registration_findings(readers, list(hooks_dirs))
     findings += routes.route_findings(readers, list(hooks_dirs))
+    if config is not None and config["kubernetes"]["device_plugin"]:
+        findings += [_allocated_route(r.runtime) for r in readers if r.runtime == "CRI-O"]
     status = EXIT_FAILURE if failed(findings) else 0
     if as_json:
         emit_json(
@@ -224,6 +227,39 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
         click.echo(render(findings), nl=False)
     if status:
         exit_after_report(status)
+
+
+def _mode(config: dict) -> str:
+    """Which channel gives a container devices on this node."""
+    annotation = config["request"]["annotation"]
+    if config["kubernetes"]["device_plugin"]:
+        from ocihook.deviceplugin.inventory import resource_name
+
+        return (
+            f"mode: Kubernetes (kubernetes.device_plugin: true): a container gets exactly what "
+            f"ocihook device-plugin allocated to it ({resource_name(config)}), read from CRI-O's "
+            f"record of the container's own annotations; a pod's own {annotation} annotation "
+            "or env gets nothing"
+        )
+    env = " or the image's env (request.env)" if config["request"]["env"] else ""
+    return (
+        f"mode: direct: a container asks with the {annotation} annotation{env}; on Kubernetes "
+        "nothing counts devices (Kubernetes mode with ocihook device-plugin: "
+        "kubernetes.device_plugin: true, docs/kubernetes.md)"
+    )
+
+
+def _allocated_route(runtime: str):
+    """Kubernetes mode: the runtime holds the allocated devices itself."""
+    from ocihook.check.findings import OK, Finding
+
+    return Finding(
+        OK,
+        "route",
+        f"route: {runtime}: Kubernetes mode: the device plugin's device specs put the allocated "
+        "devices in the container's config, so the runtime creates and allows them itself, "
+        "whatever the hook's own cgroup edits do",
+    )
 
 
 def _check_devices(config: dict, device_list: list, ok, bad) -> None:

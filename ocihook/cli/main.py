@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "cdi": "ocihook.cli.cdi:cdi",
     "cdi-hook": "ocihook.cli.cdi:cdi_hook",
     "features": "ocihook.cli.features:features",
+    "device-plugin": "ocihook.cli.deviceplugin:device_plugin",
 }
 
 

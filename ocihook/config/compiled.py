@@ -30,10 +30,11 @@ from ocihook.request.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 8  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+CACHE_FORMAT = 9  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
 # 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind;
 # 7: request.imex_annotation (IMEX channels), capability nodes and by_name (GPUDirect);
-# 8: the cuda section (forward compatibility, NVIDIA_REQUIRE_*) and the profile's cuda
+# 8: the cuda section (forward compatibility, NVIDIA_REQUIRE_*) and the profile's cuda;
+# 9: the kubernetes section (the device plugin, Kubernetes mode)
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
@@ -70,6 +71,10 @@ DEFAULTS: dict = {
     # compat as NVIDIA's cuda-compat-mode (ldconfig, hook: the same here; disabled).
     "cuda": {"compat": "ldconfig", "require": True, "brand": None},
     "selinux": {"mode": "auto", "label": None, "source_check": "error"},
+    # Kubernetes mode (`device_plugin: true`): devices only from ocihook's device plugin's
+    # allocation (docs/kubernetes.md); `resource`: its extended resource (None:
+    # ocihook.io/<profile>); `cdi`: its Allocate answer also names the CDI devices.
+    "kubernetes": {"device_plugin": False, "resource": None, "health_interval": 10, "cdi": False},
     "mount_api": "auto",
     "state_dir": "/run/ocihook",
     "records": {"max_age": 7 * 24 * 3600, "max_count": 1000},
@@ -360,6 +365,7 @@ def _compile(path: str) -> tuple[dict, list, bool]:
     variables = document.pop("variables", None) or {}
     config = _merge(DEFAULTS, document)
     _check_cuda(config["cuda"], path)
+    _check_kubernetes(config, path)
     _compile_allow(config["request"]["allow"], config["request"]["trusted_annotations"], path)
     files = [[path, "config", key]]
     profile = config["profile"]
@@ -400,6 +406,16 @@ def _check_cuda(settings: dict, path: str) -> None:
             f"config {path}: cuda.compat: mount (NVIDIA's mode that mounts the image's compat "
             "libraries) is not supported: ocihook never mounts an image's library; use "
             "ldconfig (the container's ld cache lists the compat dir first)"
+        )
+
+
+def _check_kubernetes(config: dict, path: str) -> None:
+    """Kubernetes mode takes devices only from the device plugin's allocation: an image's
+    env request would be a second, unallocated channel."""
+    if config["kubernetes"]["device_plugin"] and config["request"]["env"]:
+        raise OcihookError(
+            f"config {path}: request.env: true with kubernetes.device_plugin: true: in "
+            "Kubernetes mode devices come only from the device plugin's allocation"
         )
 
 

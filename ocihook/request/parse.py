@@ -131,6 +131,37 @@ def requested_devices(
     return DeviceRequest((), "no request")
 
 
+# CRI-O's record of the container's own CRI annotations (kubelet's and a device plugin's
+# Allocate answer, never the pod's), as JSON, written over any pod annotation of that key
+# (CRI-O 1.37: internal/factory/container/container.go, SpecAddAnnotations).
+CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
+ALLOCATION_ORIGIN = "device plugin allocation"
+
+
+def allocated_devices(annotations: dict[str, str], annotation_key: str) -> DeviceRequest:
+    """Kubernetes mode: the devices the device plugin allocated to this container, read only
+    from the container's CRI annotations that CRI-O records under CRIO_CONTAINER_ANNOTATIONS
+    (a pod's own `annotation_key`, annotation or env, is never read)."""
+    text = annotations.get(CRIO_CONTAINER_ANNOTATIONS)
+    if text is None:
+        return DeviceRequest((), "no allocation")
+    from ocihook.fastjson import loads
+
+    try:
+        document = loads(text) if len(text) <= 1 << 20 else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in document.items()
+    ):
+        raise OcihookError(
+            f"annotation {CRIO_CONTAINER_ANNOTATIONS}: not the JSON object of strings CRI-O writes"
+        )
+    if annotation_key not in document:
+        return DeviceRequest((), "no allocation")
+    return parse_request(document[annotation_key], f"{ALLOCATION_ORIGIN} ({annotation_key})")
+
+
 def _index_of(name: str, available: dict) -> int | None:
     """The index of the device whose PCI address, GPU UUID, node name or node path is
     `name`."""

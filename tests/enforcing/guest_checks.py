@@ -979,6 +979,87 @@ def durable_devices(runtime: str):
     return ok, f"cgroup manager {manager}: {counts}"
 
 
+KUBE_HOOKS = Path("/run/ocihook-kube-hooks.d")
+KUBE_CONFIG = Path("/etc/ocihook/kubernetes.yaml")
+CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
+
+
+def device_plugin_allocation(runtime: str):
+    """Kubernetes mode under enforcing SELinux: the device plugin's Allocate answer for one
+    device (ocihook.deviceplugin.allocation, the plain data the gRPC server sends the
+    kubelet) applied as CRI-O applies it: its device specs as the runtime's own devices
+    (podman --device), its annotations as CRI-O records a container's own CRI annotations
+    (io.kubernetes.cri-o.Annotations, as JSON), the installed hook with a Kubernetes-mode
+    config. The container gets exactly that device (and the control nodes) and the driver
+    through the ld cache, confined, zero denials; the same container asking by its own
+    annotation alone gets nothing. No kubelet here: the cluster is the kube tier's."""
+    from ocihook.config.compiled import compile_config
+    from ocihook.deviceplugin.allocation import container_allocation
+    from ocihook.deviceplugin.inventory import take_inventory
+
+    KUBE_CONFIG.write_text(
+        json.dumps(
+            {
+                "profile": "synthetic",
+                "profile_dirs": ["/etc/ocihook/profiles", "/usr/share/ocihook/profiles"],
+                "source_root": str(DRIVER),
+                "device_root": str(DRIVER),
+                "kubernetes": {"device_plugin": True},
+            }
+        )
+        + "\n"
+    )
+    sh(["restorecon", str(KUBE_CONFIG)])
+    installed = Path("/usr/share/containers/oci/hooks.d/ocihook.json")
+    document = json.loads(installed.read_text())
+    args = document["hook"]["args"]
+    document["hook"]["args"] = [*args[: args.index("--config") + 1], str(KUBE_CONFIG)]
+    document["stages"] = ["prestart", "poststop"]
+    KUBE_HOOKS.mkdir(exist_ok=True)
+    (KUBE_HOOKS / "ocihook.json").write_text(json.dumps(document) + "\n")
+    try:
+        config, _ = compile_config(str(KUBE_CONFIG))
+        inventory = take_inventory(config)
+        chosen = inventory.devices[0].id
+        answer = container_allocation(config, inventory, [chosen])
+        base = ["podman", "--runtime", runtime, "--hooks-dir", str(KUBE_HOOKS), "run", "--rm"]
+        allocated = [*base, *RUN_FLAGS]
+        for spec in answer["devices"]:
+            allocated += ["--device", f"{spec['host_path']}:{spec['container_path']}:rwm"]
+        for key, value in answer["annotations"].items():
+            allocated += ["--annotation", f"{key}={value}"]  # kubelet: the container's own
+        record = json.dumps(answer["annotations"], separators=(",", ":"))
+        allocated += ["--annotation", f"{CRIO_CONTAINER_ANNOTATIONS}={record}"]
+        result = sh([*allocated, f"localhost/{IMAGE_NAME}:latest", "/usr/bin/synth-smi"], 180)
+        forged = [*base, *RUN_FLAGS, "--annotation", f"{ANNOTATION}=all"]
+        probe = ["/bin/sh", "-c", "ls /dev /usr/bin /usr/lib64 | grep -c synth"]
+        alone = sh([*forged, f"localhost/{IMAGE_NAME}:latest", *probe], 180)
+    finally:
+        shutil.rmtree(KUBE_HOOKS, ignore_errors=True)
+        KUBE_CONFIG.unlink(missing_ok=True)
+    out = result.stdout + result.stderr
+    save_evidence(".out", f"answer: {json.dumps(answer)}\n{out}\nannotation alone: "
+                  f"{alone.stdout}{alone.stderr}")  # fmt: skip
+    device = [n.path.rsplit("/", 1)[-1] for n in inventory.by_id()[chosen].nodes]
+    expected = sorted(device + sorted(synthetic.CONTROL))
+    opened = sorted(
+        line.split("opened /dev/", 1)[1].split(" ", 1)[0]
+        for line in out.splitlines()
+        if "opened /dev/" in line and line.endswith("read-write")
+    )
+    ok = (
+        result.returncode == 0
+        and "loaded from /usr/lib64/libsynth.so.1" in out
+        and opened == expected
+        and alone.returncode == 1
+        and alone.stdout.strip() == "0"
+    )
+    return ok, (
+        f"allocated {chosen}: opened {opened} (expected {expected}), rc={result.returncode}; "
+        f"annotation alone: {alone.stdout.strip()} synth entries"
+    )
+
+
 def demo(runtime: str):
     result = sh(["make", "-o", "venv", "demo", "VPY=/usr/bin/python3"], 900, cwd=SRC)
     save("demo.out", result.stdout + result.stderr)
@@ -1006,6 +1087,7 @@ CHECKS = (
     ),
     Check("cdi-hook-decision", cdi_hook_decision, per_runtime=True),
     Check("durable-devices", durable_devices, per_runtime=True),
+    Check("device-plugin-allocation", device_plugin_allocation, per_runtime=True),
     Check("host-root-driver", host_root_driver),
     Check("broken-source-check-error", broken_error),
     Check("broken-source-check-warn", broken_warn, denials_expected=True),

@@ -1,0 +1,128 @@
+"""`ocihook device-plugin`: the kubelet's device plugin for the configured profile."""
+
+from __future__ import annotations
+
+import click
+
+from ocihook.cli.commands import config_option
+from ocihook.cli.output import emit_json, json_option
+from ocihook.errors import OcihookError
+
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin.server's (grpc-free)
+
+
+def _grpc_missing() -> str | None:
+    """Why the gRPC side cannot load here (None: it can)."""
+    try:
+        import grpc  # noqa: F401
+        from google import protobuf  # noqa: F401
+    except ImportError as error:
+        return f"needs grpcio and protobuf ({error}): run it from the DaemonSet's image"
+    try:
+        from ocihook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc  # noqa: F401
+    except ImportError:
+        return "its gRPC stubs were not generated (make stubs: scripts/deviceplugin_stubs.py)"
+    except Exception as error:  # the stubs' own version checks raise RuntimeError & co
+        return f"its gRPC stubs do not load: {str(error).splitlines()[0]}"
+    return None
+
+
+def _check_resource(name: str) -> None:
+    """An extended resource name as the kubelet takes it: DOMAIN/NAME."""
+    import re
+
+    if not re.fullmatch(
+        r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name
+    ) or name.startswith("kubernetes.io/"):
+        raise OcihookError(
+            f"resource {name!r:.80}: not an extended resource name (DOMAIN/NAME, e.g. "
+            "ocihook.io/synthetic, outside kubernetes.io)"
+        )
+
+
+@click.command("device-plugin")
+@config_option
+@click.option(
+    "--kubelet-dir",
+    default=DEFAULT_KUBELET_DIR,
+    show_default=True,
+    help="The kubelet's device plugin dir: kubelet.sock is there, and the plugin's socket "
+    "goes beside it.",
+)
+@click.option(
+    "--resource",
+    default=None,
+    help="Extended resource name [the config's kubernetes.resource, else ocihook.io/<profile>].",
+)
+@click.option(
+    "--health-interval",
+    type=click.FloatRange(1, 3600),
+    default=None,
+    help="Seconds between health checks [the config's kubernetes.health_interval: 10].",
+)
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    help="Where the node's root is mounted (the DaemonSet's container: /host): the config's "
+    "source_root and device_root are read under it; the kubelet is told the node's paths.",
+)
+@click.option(
+    "--list",
+    "list_only",
+    is_flag=True,
+    help="Print the devices it would offer (IDs, nodes, NUMA node, health) and exit.",
+)
+@json_option(help="With --list: print them as one JSON document.")
+def device_plugin(
+    config_path: str,
+    kubelet_dir: str,
+    resource: str | None,
+    health_interval: float | None,
+    host_root: str,
+    list_only: bool,
+    as_json: bool,
+) -> None:
+    """Offer the profile's devices to the kubelet as an extended resource (device plugin
+    API v1beta1) and hand each container exactly what was allocated to it.
+
+    One device per index (NVIDIA: per GPU UUID, and per MIG device in place of its GPU),
+    named as the hook and `ocihook cdi generate` name it. A device is Healthy while its nodes
+    are in the device root with the major:minor they had (and, for NVIDIA, NVML lists it);
+    its NUMA node comes from sysfs. Allocate answers with device specs (the runtime creates
+    and allows the nodes) and the `ocihook.io/devices` container annotation that the hook
+    reads in Kubernetes mode (kubernetes.device_plugin: true in the config). Re-registers when
+    the kubelet restarts. Runs until SIGTERM (docs/kubernetes.md).
+    """
+    from ocihook.config.compiled import compile_config
+
+    config, _ = compile_config(config_path)
+    if resource:
+        config["kubernetes"]["resource"] = resource
+    from ocihook.deviceplugin.inventory import describe, resource_name, take_inventory
+
+    _check_resource(resource_name(config))
+    if not host_root.startswith("/"):
+        raise OcihookError(f"--host-root {host_root}: must be an absolute path")
+    if list_only:
+        from ocihook.deviceplugin import health
+
+        inventory = take_inventory(config, host_root)
+        document = describe(inventory, health.check(config, inventory))
+        if as_json:
+            emit_json(document)
+            return
+        click.echo(f"resource {document['resource']} (profile {document['profile']})")
+        for device in document["devices"]:
+            numa = "-" if device["numa_node"] is None else device["numa_node"]
+            state = device["health"] + (f" ({device['reason']})" if device["reason"] else "")
+            click.echo(f"  {device['id']}: numa {numa}, {state}: {' '.join(device['nodes'])}")
+        click.echo(f"  control nodes: {' '.join(document['control']) or 'none'}")
+        return
+    missing = _grpc_missing()
+    if missing:
+        raise OcihookError(f"device-plugin: {missing}")
+    from ocihook.deviceplugin.server import run
+
+    interval = health_interval or float(config["kubernetes"]["health_interval"])
+    raise SystemExit(run(config, kubelet_dir, interval, host_root))
