@@ -117,9 +117,11 @@ def test_an_unmet_requirement_refuses_the_container(hook_setup, nvidia_setup, cu
     assert result.returncode != 0, result.stdout
     lines = [line for line in result.stderr.splitlines() if "ocihook:" in line]
     assert len(lines) == 1, result.stderr
-    assert (
-        "the image requires cuda>=12.4 brand=tesla,driver>=470,driver<471 (NVIDIA_REQUIRE_CUDA), "
-        f"the host driver {cuda_images.HOST_DRIVER} supports CUDA 12.2" in lines[0]
+    assert lines[0].endswith(
+        "ocihook: NVIDIA_REQUIRE_CUDA: the image requires cuda>=12.4 (or its other term), not "
+        f"met on this host (driver {cuda_images.HOST_DRIVER}, CUDA 12.2; GPU 0: brand unknown): "
+        "a driver 550.54.14 or newer (CUDA 12.4) meets it: update the driver, use an image of an older CUDA, or set "
+        "NVIDIA_DISABLE_REQUIRE=true"
     ), result.stderr
     assert "STANDIN" not in result.stdout
 
@@ -155,15 +157,24 @@ def test_a_met_requirement_starts_it(hook_setup, nvidia_setup, cuda_image):
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-def test_compat_libraries_in_use_meet_the_images_requirement(hook_setup, nvidia_setup, cuda_image):
-    """The image's CUDA 12.4 compat libraries on the 12.2 host: its cuda>=12.4 holds, as
-    its programs get the compat libcuda (the version CUDA reports is the compat one's)."""
+# As NVIDIA's CUDA images state it: their CUDA, or a datacenter brand on a driver branch
+# their compat package serves (here the host's, 535).
+REQUIRE_WITH_BRANCH = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=535,driver<536"
+
+
+def test_a_requirement_naming_the_hosts_branch_starts_it_with_the_compat_libraries(
+    hook_setup, nvidia_setup, cuda_image
+):
+    """The image's CUDA 12.4 compat libraries on the 12.2 host: as in NVIDIA's check, the
+    host's CUDA is the driver's (cuda>=12.4 fails), and the term naming the host's branch
+    holds (brand: no NVML on this stand-in host, unknown, which satisfies it); its programs
+    get the compat libcuda."""
     nvidia_setup()
     result = hook_setup.run(
         cuda_image(cuda_images.NEWER),
         ["/usr/bin/loaded-driver"],
         devices="0",
-        extra=["-e", REQUIRE],
+        extra=["-e", REQUIRE_WITH_BRANCH],
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
@@ -209,7 +220,7 @@ def test_the_image_env_reaches_no_host_process(
         f"LD_PRELOAD={preload}",
         f"LD_LIBRARY_PATH={preload.parent}",
         f"PYTHONPATH={python}",
-        "NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+        REQUIRE_WITH_BRANCH,
     ]
     result = hook_setup.run(
         cuda_image(cuda_images.NEWER),

@@ -1,4 +1,4 @@
-"""CUDA images on an NVIDIA host: forward compatibility and the NVIDIA_REQUIRE_* check.
+"""CUDA images on an NVIDIA host: forward compatibility, and the driver -> CUDA table.
 
 Forward compatibility (NVIDIA's rule, nvidia-container-toolkit's enable-cuda-compat hook):
 the image's `<compat_dir>/libcuda.so.*.*` (exactly one regular file) names a driver
@@ -8,15 +8,8 @@ is hostile input: the dir is resolved inside its root by fd, listed with a bound
 library opened without following links or blocking (a FIFO, a device node) and only its
 ELF headers read (bounded; elf.py); nothing of it is mounted, loaded or run.
 
-The requirement check (libnvidia-container's and the toolkit's grammar,
-internal/requirements): every `NVIDIA_REQUIRE_*` of the container's environment but
-`NVIDIA_REQUIRE_JETPACK` (and `cuda>=M.m` from a legacy image's `CUDA_VERSION`) must hold;
-within one, space-separated terms are ORed and comma-separated constraints ANDed; a
-constraint is `PROPERTY OP VALUE` with OP one of != <= >= = < >, properties cuda, driver,
-arch and brand (others are skipped). The host's CUDA version comes from the driver
-version by NVIDIA's table (CUDA_BY_DRIVER); with the image's compat libraries in use, from
-theirs. `NVIDIA_DISABLE_REQUIRE` (Go's true spellings) skips it. The environment is read
-for this check only.
+The host's CUDA version comes from the driver version by NVIDIA's table (CUDA_BY_DRIVER);
+the requirement check (NVIDIA_REQUIRE_*) is plan/require.py's.
 """
 
 from __future__ import annotations
@@ -24,21 +17,21 @@ from __future__ import annotations
 import os
 import stat
 
-from ocihook.errors import OcihookError, describe
+from ocihook.errors import describe
 from ocihook.ld import elf
 from ocihook.linux import securepath
 
 COMPAT_MODES = ("ldconfig", "hook", "disabled")  # NVIDIA's cuda-compat-mode, as supported
 MAX_DIR_ENTRIES = 4096
 MAX_LIBRARY_BYTES = 1 << 30
-MAX_REQUIREMENT = 4096  # characters of one NVIDIA_REQUIRE_* value
-MAX_REQUIREMENTS = 32  # NVIDIA_REQUIRE_* variables
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
 
 # The oldest Linux driver of each CUDA release (NVIDIA's CUDA Toolkit release notes, "CUDA
-# Toolkit and Corresponding Driver Versions"): a driver reports the CUDA version of the
-# newest release whose minimum it meets. Newest first.
+# Toolkit and Corresponding Driver Versions"; 590.44.01's CUDA 13.1 as its own compat
+# library's note states it): a driver reports the CUDA version of the newest release whose
+# minimum it meets. Newest first.
 CUDA_BY_DRIVER = (
+    ((590, 44, 1), "13.1"),
     ((580, 65, 6), "13.0"),
     ((575, 51, 3), "12.9"),
     ((570, 26), "12.8"),
@@ -67,9 +60,6 @@ CUDA_BY_DRIVER = (
     ((384, 81), "9.0"),
     ((375, 26), "8.0"),
 )
-_OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
-_VERSION_PROPERTIES = ("cuda", "driver", "arch")
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -232,103 +222,4 @@ def _elf_problem(root_fd: int, dir_fd: int, directory: str, name: str, soname: s
             return f"{soname}: not a regular file"
     finally:
         os.close(link)
-    return None
-
-
-# The requirement check
-
-
-def requirements(env: dict[str, str]) -> list[tuple[str, str]]:
-    """(variable, expression) of each requirement in the container's environment, by
-    name; none with NVIDIA_DISABLE_REQUIRE true. Bounded: OcihookError past the limits."""
-    if env.get("NVIDIA_DISABLE_REQUIRE", "") in _TRUE:
-        return []
-    found = sorted(
-        (name, value)
-        for name, value in env.items()
-        if name.startswith("NVIDIA_REQUIRE_") and not name.startswith("NVIDIA_REQUIRE_JETPACK")
-    )
-    legacy = env.get("CUDA_VERSION", "")
-    if legacy and not env.get("NVIDIA_REQUIRE_CUDA"):
-        version = parse_version(legacy)
-        if version is None:
-            raise OcihookError(f"CUDA_VERSION {legacy!r:.40}: not a version")
-        found.append(("CUDA_VERSION", f"cuda>={version[0]}.{version[1]}"))
-    if len(found) > MAX_REQUIREMENTS:
-        raise OcihookError(f"more than {MAX_REQUIREMENTS} NVIDIA_REQUIRE_* variables")
-    for name, value in found:
-        if len(value) > MAX_REQUIREMENT:
-            raise OcihookError(f"{name}: longer than {MAX_REQUIREMENT} characters")
-    return found
-
-
-def _holds(constraint: str, properties: dict[str, str | None], where: str) -> bool | None:
-    """Whether one `PROPERTY OP VALUE` holds; None: a property this check does not know
-    (skipped, as NVIDIA's does). An unknown host value never satisfies."""
-    end = min((constraint.find(c) for c in "<>=!" if c in constraint), default=-1)
-    if end < 0:
-        raise OcihookError(f"{where}: invalid constraint {constraint!r:.60}")
-    name, rest = constraint[:end], constraint[end:]
-    if name not in properties:
-        return None
-    operator = next((o for o in _OPERATORS if rest.startswith(o)), None)
-    if operator is None:
-        raise OcihookError(f"{where}: invalid operator in {constraint!r:.60}")
-    value, have = rest[len(operator) :], properties[name]
-    if name in _VERSION_PROPERTIES:
-        wanted = parse_version(value)
-        if wanted is None:
-            raise OcihookError(f"{where}: {constraint!r:.60}: {value!r:.30} is no version")
-        if have is None:
-            return False
-        left, right = parse_version(have), wanted
-    else:
-        if have is None:
-            return False
-        left, right = have, value
-    return {
-        "!=": left != right,
-        "<=": left <= right,
-        ">=": left >= right,
-        "=": left == right,
-        "<": left < right,
-        ">": left > right,
-    }[operator]
-
-
-def satisfied(expression: str, properties: dict[str, str | None], where: str) -> bool:
-    """One requirement: terms split at spaces ORed, constraints split at commas ANDed;
-    an empty one (or one of unknown properties only) holds."""
-    terms = []
-    for term in expression.split(" "):
-        results = [_holds(c, properties, where) for c in term.split(",") if c.strip()]
-        known = [r for r in results if r is not None]
-        if known:
-            terms.append(all(known))
-    return not terms or any(terms)
-
-
-def check(env: dict[str, str], plan_compat: dict | None, driver: str | None, brand: str | None):
-    """Refuse (OcihookError, one line naming both versions) a container whose
-    requirements the host does not meet; returns a line for the log when the host's
-    CUDA version cannot be told (then nothing is checked), else None."""
-    found = requirements(env)
-    if not found:
-        return None
-    source = f"the host driver {driver}"
-    if plan_compat and plan_compat.get("use"):
-        source = f"the image's compat libraries {plan_compat['version']} (host driver {driver})"
-        cuda = cuda_for_driver(plan_compat["version"])
-    else:
-        cuda = cuda_for_driver(driver)
-    if cuda is None:
-        return f"NVIDIA_REQUIRE_*: not checked: the CUDA version of {source} is unknown"
-    properties = {"cuda": cuda, "driver": driver, "arch": None, "brand": brand}
-    for name, expression in found:
-        if not satisfied(expression, properties, name):
-            raise OcihookError(
-                f"the image requires {expression.strip()[:200]} ({name}), {source} supports "
-                f"CUDA {cuda}: update the driver, use an image of an older CUDA, or set "
-                "NVIDIA_DISABLE_REQUIRE=true"
-            )
     return None
