@@ -19,7 +19,7 @@ from ocihook.errors import OcihookError
 from ocihook.ld import cachefile, native
 from ocihook.linux import securepath
 from ocihook.plan import cuda
-from tests.support import elfgen, hostile, hosts, synthetic
+from tests.support import cuda_images, elfgen, hostile, hosts, synthetic
 
 COMPAT = "/usr/local/cuda/compat"
 HOST = "535.104.05"
@@ -49,11 +49,20 @@ def test_cuda_version_of_a_driver(driver, expected):
 # -- the forward compatibility probe, by fd ---------------------------------------------------
 
 
-def _image(root: Path, compat: str | None = "550.54.15", soname: str = "libcuda.so.1") -> Path:
+def _image(
+    root: Path,
+    compat: str | None = "550.54.15",
+    soname: str = "libcuda.so.1",
+    note: bytes | None = None,
+) -> Path:
+    """An image's compat dir with the library of `compat` (`note`: its fwd_compatibility
+    note's contents, tests/support/cuda_images.fwd_note)."""
     directory = root / COMPAT.lstrip("/")
     directory.mkdir(parents=True)
     if compat:
-        (directory / f"libcuda.so.{compat}").write_bytes(hosts.library(soname, 64, "compat"))
+        sections = ((cuda_images.NOTE_SECTION, elfgen.SHT_NOTE, note, 4),) if note else ()
+        library = elfgen.shared_object(soname, 64, note="compat", sections=sections)
+        (directory / f"libcuda.so.{compat}").write_bytes(library)
         os.symlink(f"libcuda.so.{compat}", directory / "libcuda.so.1")
     return directory
 
@@ -78,17 +87,88 @@ def test_a_newer_compat_library_comes_first(tmp_path):
         "library": "libcuda.so.550.54.15",
         "version": "550.54.15",
         "host_version": HOST,
-        "reason": "libcuda.so.550.54.15 newer than driver 535.104.05",
+        "rule": "branch",
+        "note": None,
+        "reason": (
+            "libcuda.so.550.54.15 of a newer branch than driver 535.104.05 (no forward "
+            "compatibility note)"
+        ),
     }
 
 
 @pytest.mark.parametrize("compat", ["530.30.02", "535.129.03", "535.54.03"])
-def test_the_same_or_an_older_branch_leaves_the_hosts(tmp_path, compat):
-    """NVIDIA's rule compares the majors: the same branch's compat package is not used."""
+def test_without_a_note_the_same_or_an_older_branch_leaves_the_hosts(tmp_path, compat):
+    """Without a note NVIDIA's hook compares the majors (and libnvidia-container's legacy
+    filter always does): the same branch's compat package is not used."""
     _image(tmp_path, compat)
     found = _probe(tmp_path)
-    assert not found["use"] and found["version"] == compat
-    assert found["reason"] == f"libcuda.so.{compat} not newer than driver {HOST}"
+    assert not found["use"] and found["version"] == compat and found["rule"] == "branch"
+    assert found["reason"] == (
+        f"libcuda.so.{compat} not of a newer branch than driver {HOST} (no forward "
+        "compatibility note)"
+    )
+
+
+# The note of a cuda-compat 12.9 libcuda (575.57.08): the branches it serves.
+R575_BRANCHES = [535, 550, 560, 565, 570, 575]
+
+
+@pytest.mark.parametrize(
+    "host, use, words",
+    [
+        ("575.51.03", True, "newer than driver 575.51.03, whose branch its note lists"),
+        ("575.10.10", True, "whose branch its note lists"),
+        ("570.211.01", True, "whose branch its note lists"),
+        ("535.104.05", True, "whose branch its note lists"),
+        ("470.256.02", False, "its note lists driver branches 535, 550, 560, 565, 570, 575, "),
+        ("590.44.01", False, "not the host's 590 (driver 590.44.01)"),
+        ("575.57.08", False, "not newer than driver 575.57.08 (its note lists 575)"),
+        ("575.99.99", False, "not newer than driver 575.99.99"),
+    ],
+)
+def test_the_libraries_note_decides(tmp_path, host, use, words):
+    """NVIDIA's current rule: the host driver's branch must be one the note lists, and the
+    library newer than the host driver (the whole version: 575.57.08 on 575.51.03 is used,
+    where comparing branches would not; on a 470 host it is not, where it would)."""
+    _image(tmp_path, "575.57.08", note=cuda_images.fwd_note(R575_BRANCHES))
+    found = _probe(tmp_path, host=host)
+    assert found["use"] is use and found["rule"] == "note", found
+    assert found["note"] == {"cuda": "12.9", "drivers": R575_BRANCHES}
+    assert words in found["reason"], found["reason"]
+
+
+@pytest.mark.parametrize(
+    "note, rule, words",
+    [
+        # not NVIDIA's, or empty: as no note (the hook's fallback: the branches)
+        (cuda_images.fwd_note(R575_BRANCHES, owner=b"GNU"), "branch", "(no forward compat"),
+        (b"\0" * 12, "branch", "(no forward compatibility note)"),
+        # unreadable: the same fallback, and the plan says why
+        (cuda_images.fwd_note(None, desc=b'{"format":1,"CUDA version":"13.2",}\0'), "branch",
+         "(its note: invalid JSON)"),
+        (cuda_images.fwd_note(None, desc=b'{"driver":"575"}'), "branch",
+         "its driver list is no list of whole numbers"),
+        (cuda_images.fwd_note(None, desc=b'{"driver":[575.0]}'), "branch", "whole numbers"),
+        (cuda_images.fwd_note(None, desc=b"[575]"), "branch", "not a JSON object"),
+        (b"\x13\0\0", "branch", "(its note: truncated)"),
+        # Jetson's: no driver list, so no host branch is listed
+        (cuda_images.fwd_note(None, cuda="13.2"), "note", "lists driver branches none"),
+        # Go's JSON matches keys without case; a description cut short by descsz still reads
+        (cuda_images.fwd_note(None, desc=b'{"DRIVER":[535],"cuda VERSION":"12.9"}'), "note",
+         "whose branch its note lists"),
+    ],
+)  # fmt: skip
+def test_an_unusual_note(tmp_path, note, rule, words):
+    _image(tmp_path, "575.57.08", note=note)
+    found = _probe(tmp_path)
+    assert found["rule"] == rule and words in found["reason"], found
+    assert found["use"] is (rule == "branch" or "whose branch" in words)
+
+
+def test_a_note_past_the_bound_is_not_read(tmp_path):
+    _image(tmp_path, "575.57.08", note=cuda_images.fwd_note(R575_BRANCHES, cuda="1" * 5000))
+    found = _probe(tmp_path)
+    assert found["rule"] == "branch" and "larger than 4096 bytes" in found["reason"], found
 
 
 @pytest.mark.parametrize(
@@ -290,3 +370,38 @@ def test_config_refuses_the_mount_mode_and_bad_values(tmp_path):
         _compile(tmp_path, cuda={"brand": "Tesla V100"})
     with pytest.raises(OcihookError, match="cuda.require"):
         _compile(tmp_path, cuda={"require": "yes"})
+
+
+# -- against NVIDIA's own enable-cuda-compat hook ---------------------------------------------
+
+COMPARED = [
+    # (compat library version, its note, host driver versions)
+    ("575.57.08", cuda_images.fwd_note(R575_BRANCHES), ["575.51.03", "575.57.08", "575.99.99",
+     "570.211.01", "535.104.05", "470.256.02", "590.44.01", "580.65.06"]),
+    ("590.44.01", cuda_images.fwd_note([535, 550, 570, 575, 580, 590], cuda="13.1"),
+     ["580.95.05", "590.10.01", "590.44.01", "560.35.03", "470.256.02"]),
+    ("550.54.15", None, ["535.104.05", "550.40.07", "545.23.08", "560.28.03"]),
+    ("575.57.08", cuda_images.fwd_note(None, desc=b'{"format":1,"CUDA version":"13.2",}\0'),
+     ["535.104.05", "575.51.03", "580.65.06"]),
+    ("575.57.08", cuda_images.fwd_note(None, cuda="13.2"), ["535.104.05", "570.124.06"]),
+    ("575.57.08", cuda_images.fwd_note(R575_BRANCHES, owner=b"Someone Else"),
+     ["570.211.01", "575.51.03", "580.65.06"]),
+    ("575.57.08", cuda_images.fwd_note(None, desc=b'{"driver":["575"]}'), ["570.211.01"]),
+]  # fmt: skip
+
+
+@pytest.mark.nvidia_toolkit
+@pytest.mark.parametrize("compat, note, hosts_", COMPARED)
+def test_the_decision_is_nvidias_own(tmp_path, compat, note, hosts_):
+    """NVIDIA's nvidia-cdi-hook 1.20 (enable-cuda-compat, built from NVIDIA's source) and the
+    probe, on the same image trees: the compat dir is taken exactly where NVIDIA's hook
+    adds it to the image's ld.so.conf.d."""
+    from tests.support import nvidia_toolkit
+
+    root = tmp_path / "rootfs"
+    _image(root, compat, note=note)
+    (root / "etc").mkdir()
+    for host in hosts_:
+        theirs = nvidia_toolkit.enable_cuda_compat(root, host, tmp_path / "ref")
+        found = _probe(root, host=host)
+        assert found["use"] is (theirs == COMPAT), (host, theirs, found)

@@ -170,6 +170,8 @@ def _cuda_compat(config: dict, target: Target, plan: Plan, ld_writer: str | None
         "library": None,
         "version": None,
         "host_version": plan.driver_version,
+        "rule": None,
+        "note": None,
         "reason": "",
     }
     prefix = settings["library"] + "."

@@ -165,7 +165,8 @@ class Plan(Struct):
     file_label: str | None  # the SELinux label of what the hook creates; None: labels untouched
     mig_devices: list  # every MigDevice of the host, when read (plan, cdi generate)
     # CUDA forward compatibility (cuda.py): {mode, dir, use, library, version, host_version,
-    # reason}; use: the ld cache lists dir first. None: the profile has no `cuda`.
+    # rule, note, reason}; use: the ld cache lists dir first; rule: note or branch (which of
+    # NVIDIA's rules decided). None: the profile has no `cuda`.
     cuda_compat: dict | None
 
     def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:
