@@ -83,6 +83,51 @@ def fwd_note(
     return struct.pack("<III", len(name), len(desc), 0) + padded(name) + padded(desc)
 
 
+_PROBE = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    void *handle = dlopen(argc > 1 ? argv[1] : "", RTLD_NOW);
+    if (!handle) {
+        printf("DLOPEN-FAILED %s\n", dlerror());
+        return 1;
+    }
+    void *which = dlsym(handle, "standin_which");
+    Dl_info info;
+    if (which && dladdr(which, &info))
+        printf("LOADED %s\nSTANDIN %s\n", info.dli_fname, ((const char *(*)(void))which)());
+    else
+        printf("LOADED unknown\nSTANDIN none\n");
+    return 0;
+}
+"""
+
+
+def library_probe(root: Path, work: Path) -> Path:
+    """/usr/bin/loaded-library NAME in the image: dlopens NAME as a program would and prints
+    the file the loader mapped and its stand-in's answer (LOADED, STANDIN lines)."""
+    source = work / "loaded-library.c"
+    source.write_text(_PROBE)
+    target = root / "usr/bin/loaded-library"
+    subprocess.run(["gcc", "-O1", "-o", str(target), str(source), "-ldl"], check=True)
+    return target
+
+
+def standin_library(path: Path, soname: str, which: str, work: Path) -> Path:
+    """A gcc-built stand-in shared library with DT_SONAME `soname` answering `which`."""
+    source = work / f"{path.name}-{which.replace(' ', '-')}.c"
+    source.write_text(_LIBCUDA)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", f'-DWHICH="{which}"', f"-Wl,-soname,{soname}"]
+        + ["-o", str(path), str(source)],
+        check=True,
+    )
+    return path
+
+
 def standin_libcuda(path: Path, which: str, work: Path, note: bytes | None = None) -> Path:
     """A stand-in libcuda (gcc-built, DT_SONAME libcuda.so.1) answering `which`; `note`
     (fwd_note's bytes) goes into its `.note.cuda.fwd_compatibility` section."""
