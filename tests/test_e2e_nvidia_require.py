@@ -154,3 +154,106 @@ def test_a_malformed_requirement_is_one_line(hook_setup, nvidia_host, image_debi
     (line,) = _hook_lines(result.stderr)
     assert line.endswith("ocihook: NVIDIA_REQUIRE_CUDA: 'cuda=>12': '=>' is no operator")
     assert "Traceback" not in result.stderr
+
+
+# -- CRI-O: the hook path and the CDI path ------------------------------------------------------
+
+
+def _crio_env(env: dict) -> list[dict]:
+    return [{"key": key, "value": value} for key, value in env.items()]
+
+
+def _crio_line(stderr: str) -> str:
+    """The hook's line as crictl shows it (inside runc's "error running hook" message)."""
+    found = set(re.findall(r"stderr: (ocihook: .*?)(?:\\\\n|\\n|\n|\")", stderr))
+    assert len(found) == 1, stderr
+    return found.pop()
+
+
+@pytest.fixture
+def crio_nvidia(crio, crio_setup, hosts):
+    """The session's CRI-O with the hook's config pointed at a stand-in NVIDIA host."""
+
+    def configure(name: str = "h200", **overrides) -> nvidia_mig.MigHost:
+        host = hosts[name]
+        settings = base_config(crio_setup.dir, crio_setup.synth_root, profile="nvidia", **overrides)
+        settings["source_root"] = settings["device_root"] = str(host.root)
+        crio_setup.write_config(**settings)
+        return host
+
+    return configure
+
+
+def test_crio_the_stock_12_6_3_image_starts_on_an_r550_host(crio, crio_setup, crio_nvidia):
+    crio_nvidia()
+    pod = crio_setup.pod("cuda", "team-a", {"ocihook.io/devices": "0"})
+    container = pod.run(
+        "cuda", crio.images["debian"], ["echo", "RAN"], envs=_crio_env(CUDA_12_6_3_ENV)
+    )
+    assert pod.wait_exited(container)["exitCode"] == 0
+    assert "RAN" in pod.logs(container).stdout
+    assert set(crio_setup.records()) == {container}
+
+
+def test_crio_an_image_needing_a_newer_driver_is_refused_in_one_line(crio, crio_setup, crio_nvidia):
+    """The hook path: `crictl create` fails with the hook's one line; nothing is left."""
+    crio_nvidia()
+    pod = crio_setup.pod("cuda", "team-a", {"ocihook.io/devices": "0"})
+    env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.8", "CUDA_VERSION": "12.8.1"}
+    config = pod.container_config("cuda", crio.images["debian"], ["echo"], envs=_crio_env(env))
+    result = pod.create(config)
+    assert result.returncode != 0
+    assert _crio_line(result.stderr) == (
+        "ocihook: NVIDIA_REQUIRE_CUDA: the image requires cuda>=12.8, not met on this host "
+        "(driver 550.54.14, CUDA 12.4): a driver 570.26 or newer (CUDA 12.8) meets it: update "
+        "the driver, use an image of an older CUDA, or set NVIDIA_DISABLE_REQUIRE=true"
+    )
+    assert crio_setup.records() == {}
+
+
+def test_crio_cdi_path_refuses_it_in_one_line_too(crio, crio_setup, crio_nvidia):
+    """The CDI path (the CRI's CDI device field, the spec `ocihook cdi generate` wrote in
+    CRI-O's spec dir): its check-requirements hook refuses the same image in one line; the
+    stock 12.6.3 image starts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    crio_nvidia(ldconfig={"enabled": False})
+    ocihook = str(Path(sys.executable).with_name("ocihook"))
+    kind = "ocihook.io/nvreq"
+    path = crio.cdi_dir / "ocihook.io_nvreq.yaml"
+    generated = subprocess.run(
+        [ocihook, "cdi", "generate", "--config", str(crio_setup.config), "--kind", kind,
+         "--hook-path", ocihook, "--output", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    try:
+        pod = crio_setup.pod("cuda", "team-a")
+        device = [{"name": f"{kind}=0"}]
+        env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.8", "CUDA_VERSION": "12.8.1"}
+        config = pod.container_config(
+            "newer", crio.images["debian"], ["echo"], envs=_crio_env(env), CDI_devices=device
+        )
+        created = pod.create(config)
+        started = (
+            crio.crictl("start", created.stdout.strip()) if created.returncode == 0 else created
+        )
+        assert started.returncode != 0
+        assert _crio_line(started.stderr).startswith(
+            "ocihook: NVIDIA_REQUIRE_CUDA: the image requires cuda>=12.8, not met on this host "
+            "(driver 550.54.14, CUDA 12.4): a driver 570.26 or newer (CUDA 12.8) meets it"
+        )
+        stock = pod.run(
+            "stock",
+            crio.images["debian"],
+            ["echo", "RAN"],
+            envs=_crio_env(CUDA_12_6_3_ENV),
+            CDI_devices=device,
+        )
+        assert pod.wait_exited(stock)["exitCode"] == 0
+        assert "RAN" in pod.logs(stock).stdout
+    finally:
+        path.unlink(missing_ok=True)
+    assert crio_setup.records() == {}  # no ocihook.io/devices: only the CDI path ran

@@ -8,6 +8,8 @@ never opens a node; tests/test_e2e_nvidia_direct.py opens real stand-ins in cont
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -397,3 +399,60 @@ def test_a_switched_capability_the_host_lacks_is_left_out(tmp_path):
     request.switched = ()
     with Roots(str(root), str(root)) as roots, pytest.raises(OcihookError, match="nvidia-fs"):
         build_plan(config, roots, request)
+
+
+# -- the CDI spec of IMEX channels -------------------------------------------------------------
+
+
+def _cdi(config: Path, *args: str) -> subprocess.CompletedProcess:
+    ocihook = str(Path(sys.executable).with_name("ocihook"))
+    return subprocess.run(
+        [ocihook, "cdi", "generate", "--config", str(config), "--hook-path", ocihook, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.root
+def test_imex_channels_cdi_spec_matches_golden(tmp_path):
+    """NVIDIA's kind and names (nvidia.com/imex-channel=0, =1, =7, as nvidia-ctk writes
+    them) and `all`; each channel's node, nothing shared."""
+    config, root = _config(tmp_path)
+    result = _cdi(config, "--kind", "nvidia.com/imex-channel", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(result.stdout.replace(str(root), "<root>"))
+    assert spec == golden.golden_json(GOLDEN / "cdi-nvidia-imex.json", spec)
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "7", "all"]
+
+
+@pytest.mark.root
+def test_a_spec_dir_gets_the_gpus_and_the_channels(tmp_path):
+    config, _ = _config(tmp_path)
+    out = tmp_path / "cdi"
+    out.mkdir()
+    result = _cdi(config, "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "nvidia.com_gpu.yaml",
+        "nvidia.com_imex-channel.yaml",
+    ]
+    assert "wrote" in result.stderr and "nvidia.com/imex-channel=7" in result.stderr
+
+
+@pytest.mark.root
+def test_no_channels_no_channel_spec(tmp_path):
+    """A host without channels: a spec dir gets the GPUs' spec only; the channels' kind asked
+    for gets one line."""
+    nodes = {p: n for p, n in nvidia_direct.FAKE_NODES.items() if "imex" not in p}
+    config, root = _config(tmp_path, nodes=nodes)
+    out = tmp_path / "cdi"
+    out.mkdir()
+    assert _cdi(config, "--output", str(out)).returncode == 0
+    assert [p.name for p in out.iterdir()] == ["nvidia.com_gpu.yaml"]
+    result = _cdi(config, "--kind", "nvidia.com/imex-channel")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "ocihook: cdi generate: IMEX channels 'all': the host has no channel nodes "
+        f"({root}/dev/nvidia-caps-imex-channels/channelN)"
+    )

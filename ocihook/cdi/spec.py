@@ -18,7 +18,7 @@ import os
 import re
 
 from ocihook.errors import OcihookError
-from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL
+from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL, PER_IMAGE
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
@@ -83,8 +83,15 @@ def _node(d: dict) -> dict:
     }
 
 
-def _hooks(view: dict, hook_path: str, ldconfig_path: str, label: str) -> list[dict]:
+def _hooks(
+    view: dict, hook_path: str, ldconfig_path: str, label: str, cuda: dict | None = None
+) -> list[dict]:
+    """The createContainer hooks: the requirement check first (a refused container has
+    nothing else done), the soname links, the ld cache (with the CUDA compat probe)."""
     hooks = []
+    if cuda and cuda.get("require") is not None:
+        args = ["ocihook", "cdi-hook", "check-requirements", *cuda["require"]]
+        hooks.append(_hook(hook_path, args))
     if view["links"]:
         args = ["ocihook", "cdi-hook", "create-symlinks", "--selinux-label", label]
         for link in view["links"]:
@@ -93,6 +100,16 @@ def _hooks(view: dict, hook_path: str, ldconfig_path: str, label: str) -> list[d
     if view["ldconfig"] and view["ld_dirs"]:
         args = ["ocihook", "cdi-hook", "update-ldcache", "--ld-writer", view["ld_writer"]]
         args += ["--ldconfig", ldconfig_path]
+        compat = view.get("cuda_compat")
+        if (
+            cuda
+            and compat
+            and compat["reason"] == PER_IMAGE
+            and compat["host_version"]
+            and cuda.get("library")
+        ):
+            args += ["--cuda-compat", compat["dir"], "--cuda-library", cuda["library"]]
+            args += ["--host-driver-version", compat["host_version"]]
         for folder in view["ld_dirs"]:
             args += ["--folder", folder]
         hooks.append(_hook(hook_path, args))
@@ -109,7 +126,14 @@ def _hook(path: str, args: list[str]) -> dict:
     }
 
 
-def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label: str) -> dict:
+def build_spec(
+    view: dict,
+    kind: str,
+    hook_path: str,
+    ldconfig_path: str,
+    label: str,
+    cuda: dict | None = None,
+) -> dict:
     """The spec for the executor view (`plan.model.executor_view`) of a finalized plan of every
     device (request "all", described: `build_plan(..., describe="strict")`): shared edits
     (mounts, control nodes, hooks) at the top; one device per index with its nodes, named
@@ -117,7 +141,9 @@ def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label:
     device with its GPU's nodes and its two cap nodes, named `G:M` and `MIG-...`, as
     NVIDIA's generator names them (device plugins ask for these names); and `all`, every
     index's nodes (the hook's `all`: whole devices, no MIG device). `label` is the links'
-    label choice (target.label_choice), written into their hook's arguments."""
+    label choice (target.label_choice), written into their hook's arguments. `cuda` (a
+    CUDA profile's): `require`, the check-requirements hook's arguments (None: no check),
+    `library`, the compat library the update-ldcache hook probes each image for."""
     by_path = {d["path"]: _node(d) for d in view["devices"]}
     whole = view["device_list"]  # the request "all": whole devices only
     devices = []
@@ -141,10 +167,24 @@ def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label:
     edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
-    hooks = _hooks(view, hook_path, ldconfig_path, label)
+    hooks = _hooks(view, hook_path, ldconfig_path, label, cuda)
     if hooks:
         edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def build_channel_spec(nodes: list[dict], kind: str) -> dict:
+    """A spec of NVIDIA IMEX channels (the executor view's device nodes of each channel):
+    one device per channel named by its number, as NVIDIA's generator names them
+    (nvidia.com/imex-channel=0), and `all`; nothing shared."""
+    devices = []
+    for node in nodes:
+        number = node["path"].rsplit("channel", 1)[1]
+        devices.append({"name": number, "containerEdits": {"deviceNodes": [_node(node)]}})
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in nodes]}})
+    spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 
