@@ -118,6 +118,7 @@ def config_edit(view: dict, sources: list[str]) -> dict:
     its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
     with the CDI spec's options, its mknod nodes as `linux.devices`, and every node's rule."""
     from ocihook.cdi.spec import _mount
+    from ocihook.plan.model import additional_gids
 
     if len(sources) != len(view["mounts"]):
         raise RuntimeError(f"{len(sources)} sources for {len(view['mounts'])} mounts")
@@ -140,7 +141,7 @@ def config_edit(view: dict, sources: list[str]) -> dict:
             "minor": d["minor"],
             "fileMode": d["mode"],
             "uid": 0,
-            "gid": 0,
+            "gid": d["gid"],  # the host node's group (additional_gids gives it to the process)
         }
         for d in view["devices"]
         if d["strategy"] == "mknod"  # a user namespace: the prestart stage binds the node
@@ -155,7 +156,8 @@ def config_edit(view: dict, sources: list[str]) -> dict:
         }
         for r in view["cgroup_rules"]
     ]
-    return {"mounts": mounts, "devices": devices, "rules": rules}
+    gids = additional_gids([d for d in view["devices"] if d["strategy"] == "mknod"])
+    return {"mounts": mounts, "devices": devices, "rules": rules, "gids": gids}
 
 
 def apply_edit(spec: dict, edit: dict) -> dict:
@@ -191,6 +193,13 @@ def apply_edit(spec: dict, edit: dict) -> dict:
         raise OcihookError(f"{WHERE}: field 'linux.resources' must be an object")
     rules = _list(resources, "devices", "linux.resources.devices")
     rules.extend(r for r in edit["rules"] if r not in rules)
+    if edit.get("gids"):  # a non-root user gets the nodes' groups (NVIDIA's toolkit 1.19)
+        process = spec.setdefault("process", {})
+        user = process.setdefault("user", {}) if isinstance(process, dict) else None
+        if not isinstance(user, dict):
+            raise OcihookError(f"{WHERE}: field 'process.user' must be an object")
+        groups = _list(user, "additionalGids", "process.user.additionalGids")
+        groups.extend(g for g in edit["gids"] if g not in groups)
     return spec
 
 

@@ -67,6 +67,14 @@ def cdi() -> None:
     help="Absolute path of the ocihook executable the runtime runs for the createContainer "
     "hooks [the ocihook found on PATH].",
 )
+@click.option(
+    "--no-additional-gids",
+    "no_gids",
+    is_flag=True,
+    help="Leave out `additionalGids` (the groups a non-root container user needs to open a "
+    "device node that is not everyone's: CDI 0.7.0, which podman 4.3 cannot read), as "
+    "NVIDIA's no-additional-gids-for-device-nodes does.",
+)
 def generate(
     config_path: str,
     output: str,
@@ -75,6 +83,7 @@ def generate(
     kind: str | None,
     lib_dir: str | None,
     hook_path: str | None,
+    no_gids: bool,
 ) -> None:
     """Write a CDI spec for the configured profile and source root.
 
@@ -115,9 +124,10 @@ def generate(
         view = executor_view(plan)
         steps = _cuda_steps(config, view)
         ldconfig = config["ldconfig"]["path"]
-        specs.append(
-            (gpu_kind, cdispec.build_spec(view, gpu_kind, hook_path, ldconfig, label, steps))
+        spec = cdispec.build_spec(
+            view, gpu_kind, hook_path, ldconfig, label, steps, gids=not no_gids
         )
+        specs.append((gpu_kind, spec))
     # The IMEX channels: a spec of their own kind, asked for by it, or beside the GPUs' in a dir.
     directory = output != "-" and os.path.isdir(output)
     if imex_kind and (kind == imex_kind or (kind is None and directory)):

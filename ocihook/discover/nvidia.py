@@ -210,6 +210,7 @@ def cap_node(
                 f"{host_path(roots.device_root, cap)} gives no DeviceFileMode to make it with"
             )
         where = host_path(roots.device_root, path)
+        gid = 0
     else:
         st = final[1]
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (
@@ -221,8 +222,9 @@ def cap_node(
                 f"{major}:{minor} that {host_path(roots.device_root, cap)} names"
             )
         mode = stat.S_IMODE(st.st_mode)
+        gid = st.st_gid
         where = host_path(roots.device_root, in_root(roots.device_real, final[0]))
-    return DeviceNode(path, where, "c", major, minor, mode, index, access)
+    return DeviceNode(path, where, "c", major, minor, mode, index, access, gid=gid)
 
 
 class Names:
