@@ -20,7 +20,8 @@ files under the device root, by fd, and from NVML only where those files cannot 
   management capabilities `mig/config` and `mig/monitor` (which let the holder reconfigure
   or watch every MIG device): a cap node with one of their minors is refused.
 
-NVML runs only when a request names a MIG device (or a UUID the files lack), or for the
+NVML runs only when a request names a MIG device (or a UUID the files lack), when an
+image's NVIDIA_REQUIRE_* reaches a brand or arch constraint (GpuFacts), or for the
 read-only commands on a host that has MIG instances: never on the path of other requests.
 """
 
