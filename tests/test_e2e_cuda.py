@@ -120,6 +120,32 @@ def test_the_compat_librarys_note_decides(
         assert which == f"host {cuda_images.HOST_DRIVER}", result.stdout
 
 
+@pytest.mark.parametrize("writer", ["native", "ldconfig"])
+def test_compat_through_etc_alternatives(
+    hook_setup, synth_root, cuda_host, tmp_path_factory, writer
+):
+    """NVIDIA's images reach /usr/local/cuda through /etc/alternatives (absolute links): the
+    probe resolves them inside the image, and the compat libcuda its note allows is the one
+    loaded, with either ld cache writer."""
+    work = tmp_path_factory.mktemp("alternatives-work")
+    root = cuda_images.cuda_image_tree(
+        tmp_path_factory.mktemp("alternatives") / "root",
+        work,
+        "575.57.08",
+        cuda_images.fwd_note([535, 550, 560, 565, 570, 575]),
+        alternatives=True,
+    )
+    assert os.path.islink(root / "usr/local/cuda")
+    image = images.import_image(root, "ocihook-test-cuda-alternatives")
+    settings = base_config(hook_setup.dir, synth_root, profile="nvidia")
+    settings["source_root"] = settings["device_root"] = str(cuda_host)
+    settings["ldconfig"] = {"writer": writer}
+    hook_setup.write_config(**settings)
+    result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == "compat 575.57.08"
+
+
 def test_disabled_compat_leaves_the_hosts_loaded(hook_setup, nvidia_setup, cuda_image):
     nvidia_setup(compat="disabled")
     result = hook_setup.run(cuda_image(cuda_images.NEWER), ["/usr/bin/loaded-driver"], devices="0")

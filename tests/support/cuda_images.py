@@ -164,19 +164,32 @@ def host_tree(root: Path, work: Path, version: str = HOST_DRIVER) -> Path:
     return root
 
 
-def cuda_image_tree(root: Path, work: Path, compat: str | None, note: bytes | None = None) -> Path:
+def cuda_image_tree(
+    root: Path,
+    work: Path,
+    compat: str | None,
+    note: bytes | None = None,
+    alternatives: bool = False,
+) -> Path:
     """A Debian-layout glibc image with the test program /usr/bin/loaded-driver and, with
     `compat`, the cuda-compat package's layout: /usr/local/cuda/compat/libcuda.so.<compat>
     (a stand-in answering "compat <compat>", with `note` as its fwd_compatibility note) with
-    its libcuda.so.1 and libcuda.so links."""
+    its libcuda.so.1 and libcuda.so links. `alternatives`: as NVIDIA's images lay it out,
+    /usr/local/cuda a link to /etc/alternatives/cuda, a link to /usr/local/cuda-12.9 (absolute
+    links, resolved inside the image)."""
     images.glibc_rootfs(root, "debian")
     source = work / "loaded-driver.c"
     source.write_text(_PROGRAM)
     subprocess.run(
         ["gcc", "-O1", "-o", str(root / "usr/bin/loaded-driver"), str(source)], check=True
     )
-    if compat:
-        directory = root / COMPAT_DIR.lstrip("/")
+    if alternatives:
+        (root / "usr/local/cuda-12.9").mkdir(parents=True)
+        (root / "etc/alternatives").mkdir(parents=True, exist_ok=True)
+        os.symlink("/usr/local/cuda-12.9", root / "etc/alternatives/cuda")
+        os.symlink("/etc/alternatives/cuda", root / "usr/local/cuda")
+    if compat:  # (through the links' target: they are absolute, for inside the image)
+        directory = root / ("usr/local/cuda-12.9/compat" if alternatives else COMPAT_DIR[1:])
         standin_libcuda(directory / f"libcuda.so.{compat}", f"compat {compat}", work, note)
         os.symlink(f"libcuda.so.{compat}", directory / "libcuda.so.1")
         os.symlink("libcuda.so.1", directory / "libcuda.so")
