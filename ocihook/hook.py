@@ -167,15 +167,43 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
         )
     from ocihook.request.parse import requested_capabilities
 
+    profile = config["profile"]
     request.capabilities = requested_capabilities(
         container.annotations,
         container.env,
         settings["capabilities_annotation"],
         f"{prefix}_DRIVER_CAPABILITIES" if settings["env"] and prefix else None,
-        list(config["profile"]["capabilities"]),
-        [n for n, c in config["profile"]["capabilities"].items() if c.get("by_name")],
+        list(profile["capabilities"]),
+        [n for n, c in profile["capabilities"].items() if c.get("by_name")],
     )
+    annotated = settings["capabilities_annotation"] in container.annotations
+    if settings["env"] and prefix and not annotated:
+        _switched(request, container, profile, prefix)
     return request
+
+
+def _switched(request: DeviceRequest, container: Container, profile: dict, prefix: str) -> None:
+    """The capabilities the image's switches ask for (<PREFIX>_GDS=enabled: a capability's
+    `switch`), with request.env and no capabilities annotation, added to the request's;
+    those only a switch asked for are `switched` (given where the host has them)."""
+    switches = {
+        f"{prefix}_{part['switch']}": name
+        for name, part in profile["capabilities"].items()
+        if part.get("switch")
+    }
+    if not switches:
+        return
+    from ocihook.request.parse import switched_capabilities
+
+    enabled = switched_capabilities(container.env, switches)
+    if not enabled:
+        return
+    base = request.capabilities
+    if base is None:
+        base = list(profile["default_capabilities"])
+    added = [c for c in enabled if c not in base]
+    request.capabilities = base + added
+    request.switched = tuple(added)
 
 
 def _imex_request(request: DeviceRequest, container: Container, config: dict) -> None:

@@ -359,6 +359,10 @@ def _unmet(mark: str) -> str | None:
 
         why = vm.fedora_missing()
         return f"needs the Fedora guest's sources: {why}" if why else None
+    if mark == "nvidia_toolkit":
+        from tests.support import nvidia_toolkit
+
+        return nvidia_toolkit.unmet()
     if mark == "py39":
         why = py39.missing()
         return f"needs RHEL 9's Python stack (.venv-py39): {why}" if why else None
@@ -400,7 +404,10 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if item.get_closest_marker("vm") and _unmet("vm"):  # never a tier of make test
             item.add_marker(pytest.mark.skip(reason=_unmet("vm")))
-        marks = ("root", "podman", "rootless", "crio", "kube", "go", "py39", "fedora_sources")
+        marks = (
+            "root", "podman", "rootless", "crio", "kube", "go", "py39", "fedora_sources",
+            "nvidia_toolkit",
+        )  # fmt: skip
         for mark in marks:
             reason = item.get_closest_marker(mark) and _unmet(mark)
             if reason:

@@ -516,6 +516,30 @@ def test_cdi_hook_bad_input_is_one_line(tmp_path):
     nopid = ocihook("cdi-hook", "update-ldcache", "--folder", "/usr/lib", stdin=state, env=env)
     assert nopid.returncode == 1
     assert nopid.stderr.decode().startswith("ocihook: ")
+    compat = ocihook(
+        "cdi-hook", "update-ldcache", "--ld-writer", "ldconfig", "--folder", "/usr/lib",
+        "--cuda-compat", "relative/compat", stdin=state, env=env,
+    )  # fmt: skip
+    assert compat.returncode == 1
+    assert compat.stderr.decode() == (
+        "ocihook: --cuda-compat 'relative/compat': must be an absolute path\n"
+    )
+    gpu = ocihook("cdi-hook", "check-requirements", "--gpu", "0=195,tesla", stdin=state, env=env)
+    assert gpu.returncode == 1
+    assert gpu.stderr.decode() == (
+        "ocihook: --gpu '0=195,tesla': expected INDEX=MAJOR:MINOR,BRAND,ARCH\n"
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_REQUIRE_X=cuda=>1"]}})
+    )
+    (tmp_path / "rootfs").mkdir()
+    malformed = ocihook(
+        "cdi-hook", "check-requirements", "--driver-version", "550.54.14", stdin=state, env=env
+    )
+    assert malformed.returncode == 1
+    assert (
+        malformed.stderr.decode() == "ocihook: NVIDIA_REQUIRE_X: 'cuda=>1': '=>' is no operator\n"
+    )
 
 
 def test_hooks_never_see_the_containers_environment(cdi_config, kind, image_debian, tmp_path):

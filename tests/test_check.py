@@ -17,7 +17,9 @@ def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
     document = json.loads((REPO / "hooks.d/ocihook.json").read_text())
     assert document["when"] == {"annotations": {r"^ocihook\.io/devices$": ".+"}}
     assert document["hook"]["env"] and all("=" in e for e in document["hook"]["env"])
-    assert document["stages"] == ["prestart", "poststop"]
+    assert document["stages"] == ["createRuntime", "poststop"]
+    env = json.loads((REPO / "hooks.d/ocihook-env.json").read_text())
+    assert env["stages"] == ["createRuntime", "poststop"]
 
 
 def run_check(config: Path, hooks_dir: Path | None, env: dict | None = None):
@@ -34,6 +36,10 @@ def test_check_passes_on_a_good_installation(hook_setup):
     assert "ok      config" in result.stdout
     assert "files," in result.stdout and "device nodes" in result.stdout
     assert f"ok      hooks.d file {hook_setup.hooks_dir}/ocihook.json" in result.stdout
+    # the stage: this host's runc (Debian 12's 1.1.5) runs the createRuntime registration
+    stage = f"ok      stage: hooks.d file {hook_setup.hooks_dir}/ocihook.json (read by "
+    assert stage in result.stdout, result.stdout
+    assert "registers ocihook at createRuntime, which runc " in result.stdout
 
 
 def test_check_names_what_is_wrong(hook_setup, synth_root, tmp_path):

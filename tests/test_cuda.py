@@ -1,5 +1,5 @@
-"""cuda.py: NVIDIA's requirement grammar, the driver -> CUDA table, and the forward
-compatibility probe of an image, by fd, against hostile images (a compat dir that is a
+"""cuda.py: the driver -> CUDA table, and the forward compatibility probe of an image, by
+fd, against hostile images (a compat dir that is a
 symlink out of the rootfs, a compat "library" that is a FIFO, a device node, a huge
 file, a symlink loop), each handled by fd, bounded, with the host untouched.
 
@@ -19,82 +19,10 @@ from ocihook.errors import OcihookError
 from ocihook.ld import cachefile, native
 from ocihook.linux import securepath
 from ocihook.plan import cuda
-from tests.support import elfgen, hostile, hosts, synthetic
+from tests.support import cuda_images, elfgen, hostile, hosts, synthetic
 
 COMPAT = "/usr/local/cuda/compat"
 HOST = "535.104.05"
-
-
-# -- the requirement grammar (NVIDIA's internal/requirements) -------------------------------
-
-PROPS = {"cuda": "12.2", "driver": "535.104.05", "arch": None, "brand": "tesla"}
-NGC_12_4 = (
-    "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 "
-    "brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536"
-)
-
-
-@pytest.mark.parametrize(
-    "expression, properties, expected",
-    [
-        ("cuda>=12.2", PROPS, True),
-        ("cuda>=12.4", PROPS, False),
-        ("cuda>12.1", PROPS, True),
-        ("cuda<12.2", PROPS, False),
-        ("cuda=12.2", PROPS, True),
-        ("cuda!=12.2", PROPS, False),
-        ("cuda<=12.2.0", PROPS, True),
-        # spaces OR, commas AND: the datacenter branch term of NGC images holds on 535
-        (NGC_12_4, PROPS, True),
-        (NGC_12_4, {**PROPS, "brand": None}, False),  # brand unknown: no brand= holds
-        (NGC_12_4, {**PROPS, "brand": "geforce"}, False),
-        ("brand=tesla,driver>=470,driver<471", {**PROPS, "driver": "470.57.02"}, True),
-        ("driver>=535.104.5", PROPS, True),  # 535.104.05: leading zeros as numbers
-        ("arch>=7.0", PROPS, False),  # compute capability unknown here: never satisfied
-        ("cuda>=12.4  cuda>=12.0", PROPS, True),  # an empty term between two spaces
-        ("jetpack>=5 os=ubuntu", PROPS, True),  # unknown properties are skipped
-        ("", PROPS, True),
-    ],
-)
-def test_requirement_grammar(expression, properties, expected):
-    assert cuda.satisfied(expression, properties, "NVIDIA_REQUIRE_CUDA") is expected
-
-
-@pytest.mark.parametrize("expression", ["cuda", "cuda>=twelve", "cuda>=12.2.3.4", "cuda!12"])
-def test_a_malformed_requirement_is_one_line(expression):
-    with pytest.raises(OcihookError, match="NVIDIA_REQUIRE_CUDA: "):
-        cuda.satisfied(expression, PROPS, "NVIDIA_REQUIRE_CUDA")
-
-
-def test_which_variables_are_requirements():
-    env = {
-        "NVIDIA_REQUIRE_CUDA": "cuda>=12.2",
-        "NVIDIA_REQUIRE_DRIVER": "driver>=530",
-        "NVIDIA_REQUIRE_JETPACK": "jetpack>=99",  # NVIDIA's check leaves it out too
-        "NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS": "x",
-        "PATH": "/bin",
-    }
-    assert cuda.requirements(env) == [
-        ("NVIDIA_REQUIRE_CUDA", "cuda>=12.2"),
-        ("NVIDIA_REQUIRE_DRIVER", "driver>=530"),
-    ]
-    for true in ("1", "t", "T", "TRUE", "true", "True"):
-        assert cuda.requirements({**env, "NVIDIA_DISABLE_REQUIRE": true}) == []
-    for other in ("0", "false", "yes", ""):
-        assert len(cuda.requirements({**env, "NVIDIA_DISABLE_REQUIRE": other})) == 2
-    # a legacy image: CUDA_VERSION and no NVIDIA_REQUIRE_CUDA
-    assert cuda.requirements({"CUDA_VERSION": "11.8.0"}) == [("CUDA_VERSION", "cuda>=11.8")]
-    assert cuda.requirements({"CUDA_VERSION": "11.8.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12"}) == [
-        ("NVIDIA_REQUIRE_CUDA", "cuda>=12")
-    ]
-
-
-def test_requirements_are_bounded():
-    with pytest.raises(OcihookError, match="longer than 4096 characters"):
-        cuda.requirements({"NVIDIA_REQUIRE_CUDA": "cuda>=1 " * 1000})
-    many = {f"NVIDIA_REQUIRE_X{i}": "cuda>=1" for i in range(cuda.MAX_REQUIREMENTS + 1)}
-    with pytest.raises(OcihookError, match="more than 32"):
-        cuda.requirements(many)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +36,8 @@ def test_requirements_are_bounded():
         ("580.82.07", "13.0"),
         ("375.26", "8.0"),
         ("367.48", None),  # older than the table
-        ("590.44.01", None),  # a branch newer than the table's newest: not guessed
+        ("590.44.01", "13.1"),
+        ("600.10.01", None),  # a branch newer than the table's newest: not guessed
         ("abc", None),
         (None, None),
     ],
@@ -117,31 +46,23 @@ def test_cuda_version_of_a_driver(driver, expected):
     assert cuda.cuda_for_driver(driver) == expected
 
 
-def test_check_names_both_versions():
-    env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4"}
-    with pytest.raises(OcihookError) as error:
-        cuda.check(env, None, HOST, None)
-    assert str(error.value).startswith(
-        "the image requires cuda>=12.4 (NVIDIA_REQUIRE_CUDA), the host driver 535.104.05 "
-        "supports CUDA 12.2: "
-    )
-    in_use = {"use": True, "version": "550.54.15"}
-    assert cuda.check(env, in_use, HOST, None) is None  # the compat libraries' CUDA 12.4
-    with pytest.raises(OcihookError, match="the host driver 535.104.05 supports CUDA 12.2"):
-        cuda.check(env, {"use": False, "version": "530.30.02"}, HOST, None)  # not taken
-    line = cuda.check(env, None, "590.44.01", None)
-    assert line.startswith("NVIDIA_REQUIRE_*: not checked")
-    assert cuda.check({"NVIDIA_DISABLE_REQUIRE": "true", **env}, None, HOST, None) is None
-
-
 # -- the forward compatibility probe, by fd ---------------------------------------------------
 
 
-def _image(root: Path, compat: str | None = "550.54.15", soname: str = "libcuda.so.1") -> Path:
+def _image(
+    root: Path,
+    compat: str | None = "550.54.15",
+    soname: str = "libcuda.so.1",
+    note: bytes | None = None,
+) -> Path:
+    """An image's compat dir with the library of `compat` (`note`: its fwd_compatibility
+    note's contents, tests/support/cuda_images.fwd_note)."""
     directory = root / COMPAT.lstrip("/")
     directory.mkdir(parents=True)
     if compat:
-        (directory / f"libcuda.so.{compat}").write_bytes(hosts.library(soname, 64, "compat"))
+        sections = ((cuda_images.NOTE_SECTION, elfgen.SHT_NOTE, note, 4),) if note else ()
+        library = elfgen.shared_object(soname, 64, note="compat", sections=sections)
+        (directory / f"libcuda.so.{compat}").write_bytes(library)
         os.symlink(f"libcuda.so.{compat}", directory / "libcuda.so.1")
     return directory
 
@@ -166,17 +87,88 @@ def test_a_newer_compat_library_comes_first(tmp_path):
         "library": "libcuda.so.550.54.15",
         "version": "550.54.15",
         "host_version": HOST,
-        "reason": "libcuda.so.550.54.15 newer than driver 535.104.05",
+        "rule": "branch",
+        "note": None,
+        "reason": (
+            "libcuda.so.550.54.15 of a newer branch than driver 535.104.05 (no forward "
+            "compatibility note)"
+        ),
     }
 
 
 @pytest.mark.parametrize("compat", ["530.30.02", "535.129.03", "535.54.03"])
-def test_the_same_or_an_older_branch_leaves_the_hosts(tmp_path, compat):
-    """NVIDIA's rule compares the majors: the same branch's compat package is not used."""
+def test_without_a_note_the_same_or_an_older_branch_leaves_the_hosts(tmp_path, compat):
+    """Without a note NVIDIA's hook compares the majors (and libnvidia-container's legacy
+    filter always does): the same branch's compat package is not used."""
     _image(tmp_path, compat)
     found = _probe(tmp_path)
-    assert not found["use"] and found["version"] == compat
-    assert found["reason"] == f"libcuda.so.{compat} not newer than driver {HOST}"
+    assert not found["use"] and found["version"] == compat and found["rule"] == "branch"
+    assert found["reason"] == (
+        f"libcuda.so.{compat} not of a newer branch than driver {HOST} (no forward "
+        "compatibility note)"
+    )
+
+
+# The note of a cuda-compat 12.9 libcuda (575.57.08): the branches it serves.
+R575_BRANCHES = [535, 550, 560, 565, 570, 575]
+
+
+@pytest.mark.parametrize(
+    "host, use, words",
+    [
+        ("575.51.03", True, "newer than driver 575.51.03, whose branch its note lists"),
+        ("575.10.10", True, "whose branch its note lists"),
+        ("570.211.01", True, "whose branch its note lists"),
+        ("535.104.05", True, "whose branch its note lists"),
+        ("470.256.02", False, "its note lists driver branches 535, 550, 560, 565, 570, 575, "),
+        ("590.44.01", False, "not the host's 590 (driver 590.44.01)"),
+        ("575.57.08", False, "not newer than driver 575.57.08 (its note lists 575)"),
+        ("575.99.99", False, "not newer than driver 575.99.99"),
+    ],
+)
+def test_the_libraries_note_decides(tmp_path, host, use, words):
+    """NVIDIA's current rule: the host driver's branch must be one the note lists, and the
+    library newer than the host driver (the whole version: 575.57.08 on 575.51.03 is used,
+    where comparing branches would not; on a 470 host it is not, where it would)."""
+    _image(tmp_path, "575.57.08", note=cuda_images.fwd_note(R575_BRANCHES))
+    found = _probe(tmp_path, host=host)
+    assert found["use"] is use and found["rule"] == "note", found
+    assert found["note"] == {"cuda": "12.9", "drivers": R575_BRANCHES}
+    assert words in found["reason"], found["reason"]
+
+
+@pytest.mark.parametrize(
+    "note, rule, words",
+    [
+        # not NVIDIA's, or empty: as no note (the hook's fallback: the branches)
+        (cuda_images.fwd_note(R575_BRANCHES, owner=b"GNU"), "branch", "(no forward compat"),
+        (b"\0" * 12, "branch", "(no forward compatibility note)"),
+        # unreadable: the same fallback, and the plan says why
+        (cuda_images.fwd_note(None, desc=b'{"format":1,"CUDA version":"13.2",}\0'), "branch",
+         "(its note: invalid JSON)"),
+        (cuda_images.fwd_note(None, desc=b'{"driver":"575"}'), "branch",
+         "its driver list is no list of whole numbers"),
+        (cuda_images.fwd_note(None, desc=b'{"driver":[575.0]}'), "branch", "whole numbers"),
+        (cuda_images.fwd_note(None, desc=b"[575]"), "branch", "not a JSON object"),
+        (b"\x13\0\0", "branch", "(its note: truncated)"),
+        # Jetson's: no driver list, so no host branch is listed
+        (cuda_images.fwd_note(None, cuda="13.2"), "note", "lists driver branches none"),
+        # Go's JSON matches keys without case; a description cut short by descsz still reads
+        (cuda_images.fwd_note(None, desc=b'{"DRIVER":[535],"cuda VERSION":"12.9"}'), "note",
+         "whose branch its note lists"),
+    ],
+)  # fmt: skip
+def test_an_unusual_note(tmp_path, note, rule, words):
+    _image(tmp_path, "575.57.08", note=note)
+    found = _probe(tmp_path)
+    assert found["rule"] == rule and words in found["reason"], found
+    assert found["use"] is (rule == "branch" or "whose branch" in words)
+
+
+def test_a_note_past_the_bound_is_not_read(tmp_path):
+    _image(tmp_path, "575.57.08", note=cuda_images.fwd_note(R575_BRANCHES, cuda="1" * 5000))
+    found = _probe(tmp_path)
+    assert found["rule"] == "branch" and "larger than 4096 bytes" in found["reason"], found
 
 
 @pytest.mark.parametrize(
@@ -378,3 +370,38 @@ def test_config_refuses_the_mount_mode_and_bad_values(tmp_path):
         _compile(tmp_path, cuda={"brand": "Tesla V100"})
     with pytest.raises(OcihookError, match="cuda.require"):
         _compile(tmp_path, cuda={"require": "yes"})
+
+
+# -- against NVIDIA's own enable-cuda-compat hook ---------------------------------------------
+
+COMPARED = [
+    # (compat library version, its note, host driver versions)
+    ("575.57.08", cuda_images.fwd_note(R575_BRANCHES), ["575.51.03", "575.57.08", "575.99.99",
+     "570.211.01", "535.104.05", "470.256.02", "590.44.01", "580.65.06"]),
+    ("590.44.01", cuda_images.fwd_note([535, 550, 570, 575, 580, 590], cuda="13.1"),
+     ["580.95.05", "590.10.01", "590.44.01", "560.35.03", "470.256.02"]),
+    ("550.54.15", None, ["535.104.05", "550.40.07", "545.23.08", "560.28.03"]),
+    ("575.57.08", cuda_images.fwd_note(None, desc=b'{"format":1,"CUDA version":"13.2",}\0'),
+     ["535.104.05", "575.51.03", "580.65.06"]),
+    ("575.57.08", cuda_images.fwd_note(None, cuda="13.2"), ["535.104.05", "570.124.06"]),
+    ("575.57.08", cuda_images.fwd_note(R575_BRANCHES, owner=b"Someone Else"),
+     ["570.211.01", "575.51.03", "580.65.06"]),
+    ("575.57.08", cuda_images.fwd_note(None, desc=b'{"driver":["575"]}'), ["570.211.01"]),
+]  # fmt: skip
+
+
+@pytest.mark.nvidia_toolkit
+@pytest.mark.parametrize("compat, note, hosts_", COMPARED)
+def test_the_decision_is_nvidias_own(tmp_path, compat, note, hosts_):
+    """NVIDIA's nvidia-cdi-hook 1.20 (enable-cuda-compat, built from NVIDIA's source) and the
+    probe, on the same image trees: the compat dir is taken exactly where NVIDIA's hook
+    adds it to the image's ld.so.conf.d."""
+    from tests.support import nvidia_toolkit
+
+    root = tmp_path / "rootfs"
+    _image(root, compat, note=note)
+    (root / "etc").mkdir()
+    for host in hosts_:
+        theirs = nvidia_toolkit.enable_cuda_compat(root, host, tmp_path / "ref")
+        found = _probe(root, host=host)
+        assert found["use"] is (theirs == COMPAT), (host, theirs, found)

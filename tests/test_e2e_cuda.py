@@ -34,17 +34,23 @@ def cuda_host(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cuda_image(tmp_path_factory):
-    """image name per compat version (None: no compat package), built once."""
+    """image name per compat version (None: no compat package) and the branches its note
+    lists (None: no note), built once."""
     built: dict = {}
 
-    def get(compat: str | None) -> str:
-        if compat not in built:
+    def get(compat: str | None, branches: tuple[int, ...] | None = None) -> str:
+        key = (compat, branches)
+        if key not in built:
             work = tmp_path_factory.mktemp("cuda-image-work")
+            note = cuda_images.fwd_note(list(branches)) if branches is not None else None
             root = cuda_images.cuda_image_tree(
-                tmp_path_factory.mktemp("cuda-image") / "root", work, compat
+                tmp_path_factory.mktemp("cuda-image") / "root", work, compat, note
             )
-            built[compat] = images.import_image(root, f"ocihook-test-cuda-{compat or 'none'}")
-        return built[compat]
+            name = f"ocihook-test-cuda-{compat or 'none'}"
+            if branches is not None:
+                name += "-note-" + "-".join(map(str, branches))
+            built[key] = images.import_image(root, name)
+        return built[key]
 
     return get
 
@@ -85,6 +91,61 @@ def test_older_compat_libraries_leave_the_hosts_loaded(hook_setup, nvidia_setup,
     assert which == f"host {cuda_images.HOST_DRIVER}"
 
 
+@pytest.mark.parametrize(
+    "compat, branches, loaded",
+    [
+        # the note lists the host's 535: a newer library of the same branch is taken (the
+        # branch comparison alone would not take it)
+        ("535.216.01", (535, 550, 570), "compat"),
+        ("575.57.08", (535, 550, 560, 565, 570, 575), "compat"),
+        # the note does not list 535: not taken, newer branch or not
+        ("575.57.08", (550, 560, 565, 570, 575), "host"),
+    ],
+)
+def test_the_compat_librarys_note_decides(
+    hook_setup, nvidia_setup, cuda_image, compat, branches, loaded
+):
+    """NVIDIA's current rule on the 535.104.05 host: the compat libcuda is loaded first where
+    its fwd_compatibility note lists the host's branch and it is newer, else the host's."""
+    nvidia_setup()
+    result = hook_setup.run(cuda_image(compat, branches), ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    path, which = _loaded(result.stdout)
+    if loaded == "compat":
+        assert (path, which) == (
+            f"{cuda_images.COMPAT_DIR}/libcuda.so.{compat}",
+            f"compat {compat}",
+        )
+    else:
+        assert which == f"host {cuda_images.HOST_DRIVER}", result.stdout
+
+
+@pytest.mark.parametrize("writer", ["native", "ldconfig"])
+def test_compat_through_etc_alternatives(
+    hook_setup, synth_root, cuda_host, tmp_path_factory, writer
+):
+    """NVIDIA's images reach /usr/local/cuda through /etc/alternatives (absolute links): the
+    probe resolves them inside the image, and the compat libcuda its note allows is the one
+    loaded, with either ld cache writer."""
+    work = tmp_path_factory.mktemp("alternatives-work")
+    root = cuda_images.cuda_image_tree(
+        tmp_path_factory.mktemp("alternatives") / "root",
+        work,
+        "575.57.08",
+        cuda_images.fwd_note([535, 550, 560, 565, 570, 575]),
+        alternatives=True,
+    )
+    assert os.path.islink(root / "usr/local/cuda")
+    image = images.import_image(root, "ocihook-test-cuda-alternatives")
+    settings = base_config(hook_setup.dir, synth_root, profile="nvidia")
+    settings["source_root"] = settings["device_root"] = str(cuda_host)
+    settings["ldconfig"] = {"writer": writer}
+    hook_setup.write_config(**settings)
+    result = hook_setup.run(image, ["/usr/bin/loaded-driver"], devices="0")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert _loaded(result.stdout)[1] == "compat 575.57.08"
+
+
 def test_disabled_compat_leaves_the_hosts_loaded(hook_setup, nvidia_setup, cuda_image):
     nvidia_setup(compat="disabled")
     result = hook_setup.run(cuda_image(cuda_images.NEWER), ["/usr/bin/loaded-driver"], devices="0")
@@ -117,9 +178,11 @@ def test_an_unmet_requirement_refuses_the_container(hook_setup, nvidia_setup, cu
     assert result.returncode != 0, result.stdout
     lines = [line for line in result.stderr.splitlines() if "ocihook:" in line]
     assert len(lines) == 1, result.stderr
-    assert (
-        "the image requires cuda>=12.4 brand=tesla,driver>=470,driver<471 (NVIDIA_REQUIRE_CUDA), "
-        f"the host driver {cuda_images.HOST_DRIVER} supports CUDA 12.2" in lines[0]
+    assert lines[0].endswith(
+        "ocihook: NVIDIA_REQUIRE_CUDA: the image requires cuda>=12.4 (or its other term), not "
+        f"met on this host (driver {cuda_images.HOST_DRIVER}, CUDA 12.2; GPU 0: brand unknown): "
+        "a driver 550.54.14 or newer (CUDA 12.4) meets it: update the driver, use an image of "
+        "an older CUDA, or set NVIDIA_DISABLE_REQUIRE=true"
     ), result.stderr
     assert "STANDIN" not in result.stdout
 
@@ -155,15 +218,24 @@ def test_a_met_requirement_starts_it(hook_setup, nvidia_setup, cuda_image):
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-def test_compat_libraries_in_use_meet_the_images_requirement(hook_setup, nvidia_setup, cuda_image):
-    """The image's CUDA 12.4 compat libraries on the 12.2 host: its cuda>=12.4 holds, as
-    its programs get the compat libcuda (the version CUDA reports is the compat one's)."""
+# As NVIDIA's CUDA images state it: their CUDA, or a datacenter brand on a driver branch
+# their compat package serves (here the host's, 535).
+REQUIRE_WITH_BRANCH = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=535,driver<536"
+
+
+def test_a_requirement_naming_the_hosts_branch_starts_it_with_the_compat_libraries(
+    hook_setup, nvidia_setup, cuda_image
+):
+    """The image's CUDA 12.4 compat libraries on the 12.2 host: as in NVIDIA's check, the
+    host's CUDA is the driver's (cuda>=12.4 fails), and the term naming the host's branch
+    holds (brand: no NVML on this stand-in host, unknown, which satisfies it); its programs
+    get the compat libcuda."""
     nvidia_setup()
     result = hook_setup.run(
         cuda_image(cuda_images.NEWER),
         ["/usr/bin/loaded-driver"],
         devices="0",
-        extra=["-e", REQUIRE],
+        extra=["-e", REQUIRE_WITH_BRANCH],
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert _loaded(result.stdout)[1] == f"compat {cuda_images.NEWER}"
@@ -209,7 +281,7 @@ def test_the_image_env_reaches_no_host_process(
         f"LD_PRELOAD={preload}",
         f"LD_LIBRARY_PATH={preload.parent}",
         f"PYTHONPATH={python}",
-        "NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+        REQUIRE_WITH_BRANCH,
     ]
     result = hook_setup.run(
         cuda_image(cuda_images.NEWER),
@@ -245,21 +317,35 @@ def test_compat_dir_symlinked_to_the_host(hook_setup, nvidia_setup, tmp_path_fac
 # -- plan shows the choice --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("compat", [cuda_images.NEWER, cuda_images.OLDER, None])
+@pytest.mark.parametrize(
+    "compat, branches, use, rule",
+    [
+        (cuda_images.NEWER, None, True, "branch"),
+        (cuda_images.OLDER, None, False, "branch"),
+        (None, None, False, None),
+        ("575.57.08", (550, 560, 565, 570, 575), False, "note"),
+    ],
+)
 def test_plan_with_an_image_shows_the_decision(
-    hook_setup, nvidia_setup, cuda_host, compat, tmp_path_factory
+    hook_setup, nvidia_setup, cuda_host, compat, branches, use, rule, tmp_path_factory
 ):
+    """`ocihook plan --rootfs IMAGE` says what was decided and by which rule: the library's
+    note, or (without one) the driver branches."""
     work = tmp_path_factory.mktemp("plan-work")
-    root = cuda_images.cuda_image_tree(tmp_path_factory.mktemp("plan") / "root", work, compat)
+    note = cuda_images.fwd_note(list(branches)) if branches else None
+    root = cuda_images.cuda_image_tree(tmp_path_factory.mktemp("plan") / "root", work, compat, note)
     nvidia_setup()
     text = run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root))
     assert text.returncode == 0, text.stderr
     shown = text.stdout.replace(str(cuda_host), "<host>")
-    assert shown == golden_text(GOLDEN / f"plan-cuda-compat-{compat or 'none'}.txt", shown)
+    name = f"plan-cuda-compat-{compat or 'none'}{'-note' if branches else ''}.txt"
+    assert shown == golden_text(GOLDEN / name, shown)
     data = json.loads(
         run_plan(hook_setup.config, "--devices", "0", "--rootfs", str(root), "--json").stdout
     )
-    assert data["cuda_compat"]["use"] is (compat == cuda_images.NEWER)
+    assert (data["cuda_compat"]["use"], data["cuda_compat"]["rule"]) == (use, rule)
+    if branches:
+        assert data["cuda_compat"]["note"] == {"cuda": "12.9", "drivers": list(branches)}
 
 
 def test_an_image_without_an_ld_cache_gets_one_with_the_compat_dir_first(

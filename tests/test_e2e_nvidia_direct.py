@@ -19,7 +19,7 @@ import subprocess
 import pytest
 
 from tests.conftest import base_config
-from tests.support import nvidia_direct, nvidia_mig
+from tests.support import cuda_images, images, nvidia_direct, nvidia_mig
 
 EPERM = "Operation not permitted"
 IMEX = "ocihook.io/imex-channels"
@@ -157,6 +157,73 @@ def test_gds_and_rdma_by_name_from_the_image_env(direct_host, hook_setup, image_
     )
     _check(result, host, wanted, ["/dev/gdrdrv"])
     assert host.devices["/dev/gdrdrv"].numbers not in _rules(hook_setup)
+
+
+@pytest.fixture(scope="module")
+def cufile_image(tmp_path_factory):
+    """A CUDA-layout glibc image with its own libcufile (the cuda-libraries package's: in
+    /usr/local/cuda/targets/x86_64-linux/lib, /usr/local/cuda reached through
+    /etc/alternatives as NVIDIA's images have it, listed in ld.so.conf.d and the image's ld
+    cache) and /usr/bin/loaded-library. Stand-in: a gcc-built libcufile.so.0 answering
+    "image libcufile"."""
+    work = tmp_path_factory.mktemp("cufile-work")
+    root = images.glibc_rootfs(tmp_path_factory.mktemp("cufile") / "root", "debian")
+    cuda_images.library_probe(root, work)
+    lib = root / "usr/local/cuda-12.6/targets/x86_64-linux/lib"
+    cuda_images.standin_library(lib / "libcufile.so.1.11.1", "libcufile.so.0", "image", work)
+    os.symlink("libcufile.so.1.11.1", lib / "libcufile.so.0")
+    (root / "etc/alternatives").mkdir()
+    os.symlink("/usr/local/cuda-12.6", root / "etc/alternatives/cuda")
+    os.symlink("/etc/alternatives/cuda", root / "usr/local/cuda")
+    (root / "etc/ld.so.conf.d/000_cuda.conf").write_text(
+        "/usr/local/cuda/targets/x86_64-linux/lib\n"
+    )
+    subprocess.run(["/sbin/ldconfig", "-r", str(root)], check=True)
+    return images.import_image(root, "ocihook-test-cufile")
+
+
+@pytest.mark.parametrize("how", ["by name", "NVIDIA_GDS=enabled"])
+def test_gds_gets_run_udev_and_keeps_the_images_libcufile(
+    hook_setup, tmp_path_factory, synth_root, cufile_image, how
+):
+    """GPUDirect Storage as NVIDIA's runtime gives it: /dev/nvidia-fs*, the host's udev
+    database at /run/udev (read-only) and its /etc/cufile.json; no libcufile: the image's
+    own (its CUDA's) is the one a program loads, though the host has one too. By name
+    (NVIDIA_DRIVER_CAPABILITIES, request.env) or by NVIDIA's switch NVIDIA_GDS=enabled."""
+    nvidia_mig.check_majors_unused()
+    host = nvidia_direct.standins(tmp_path_factory.mktemp("gds") / "root", cufile=True)
+    host.root.chmod(0o755)
+    settings = base_config(hook_setup.dir, synth_root, profile="nvidia", request={"env": True})
+    settings["source_root"] = settings["device_root"] = str(host.root)
+    hook_setup.write_config(**settings)
+    hook_setup.gate_always()
+    env = {"NVIDIA_VISIBLE_DEVICES": "0"}
+    if how == "by name":
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility,gds"
+    else:
+        env["NVIDIA_GDS"] = "enabled"
+    script = (
+        "/usr/bin/loaded-library libcufile.so.0; cat /run/udev/data/c195:0; "
+        "touch /run/udev/x 2>&1; grep -c cufile /proc/self/mountinfo; "
+        + _script(["/dev/nvidia-fs0"])
+    )
+    result = hook_setup.run(
+        cufile_image,
+        ["/bin/sh", "-c", script],
+        extra=[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "LOADED /usr/local/cuda/targets/x86_64-linux/lib/libcufile.so.0" in lines, lines
+    assert "STANDIN image" in lines, result.stdout
+    assert "E:ID_PATH=pci-0000:3b:00.0" in lines  # the host's udev database
+    assert any("Read-only file system" in line for line in lines), result.stdout
+    assert "1" in lines  # one cufile mount: /etc/cufile.json, no library
+    assert "OPEN /dev/nvidia-fs0 ok" in lines
+    (record,) = hook_setup.records()
+    targets = [m["target"] for m in json.loads(record.read_text())["mounts"]]
+    assert "/run/udev" in targets and "/etc/cufile.json" in targets
+    assert not any("libcufile" in t for t in targets), targets
 
 
 def test_all_capabilities_leave_gpudirect_out(direct_host, hook_setup, image_busybox):

@@ -171,3 +171,73 @@ def test_static_executable_check_as_readelf_tells_it(tmp_path):
     with pytest.raises(Exception) as error:
         elf.open_static_executable(str(tmp_path / "none"), "ldconfig")
     assert str(error.value) == f"ldconfig {tmp_path / 'none'}: does not exist"
+
+
+# -- note sections (the CUDA compat library's fwd_compatibility note) --------------------------
+
+NOTE = b".note.cuda.fwd_compatibility"
+
+
+def _note(path: Path, name: bytes = NOTE):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return elf.note_section(fd, name)
+    finally:
+        os.close(fd)
+
+
+def test_a_note_read_as_readelf_reads_it(tmp_path):
+    """A gcc-built library with a note section (as cuda_images builds the stand-in compat
+    libcuda): the bytes elf.py reads are those readelf -x dumps of it."""
+    from tests.support import cuda_images
+
+    note = cuda_images.fwd_note([535, 550, 575])
+    path = cuda_images.standin_libcuda(tmp_path / "libcuda.so.575.57.08", "x", tmp_path, note)
+    data, align = _note(path)
+    assert data == note and align == 4
+    dump = subprocess.run(
+        ["readelf", "-x", NOTE.decode(), str(path)], capture_output=True, text=True
+    ).stdout
+    words = [w for line in dump.splitlines() if line.startswith("  0x") for w in line.split()[1:5]]
+    assert bytes.fromhex("".join(w for w in words if len(w) <= 8)).startswith(note[:16])
+    assert _note(path, b".note.none") is None
+    bits32 = tmp_path / "lib32.so"
+    bits32.write_bytes(
+        elfgen.shared_object("lib32.so.1", 32, sections=((NOTE.decode(), 7, note, 4),))
+    )
+    assert _note(bits32) == (note, 4)
+
+
+def test_a_section_of_another_type_is_no_note(tmp_path):
+    path = tmp_path / "lib.so"
+    path.write_bytes(elfgen.shared_object("lib.so.1", sections=((NOTE.decode(), 1, b"x" * 16, 4),)))
+    assert _note(path) is None
+
+
+def _set(offset: int, size: int, value: int):
+    """A patch of the ELF header: `size` bytes at `offset` set to `value`."""
+    return lambda b: b[:offset] + value.to_bytes(size, "little") + b[offset + size :]
+
+
+@pytest.mark.parametrize(
+    "patch, reason",
+    [
+        (_set(0x3C, 2, 5000), "malformed section headers"),  # e_shnum past the bound
+        (_set(0x3E, 2, 99), "malformed section headers"),  # e_shstrndx past e_shnum
+        (_set(0x28, 8, 1 << 40), "truncated section headers"),  # e_shoff past the end
+        (_set(0x28, 8, 1 << 63), "an offset outside the file"),  # past what pread takes
+    ],
+)
+def test_hostile_section_headers_are_reasons(tmp_path, patch, reason):
+    path = tmp_path / "lib.so"
+    good = elfgen.shared_object("lib.so.1", sections=((NOTE.decode(), 7, b"\0" * 16, 4),))
+    path.write_bytes(patch(good))
+    assert _note(path) == reason
+
+
+def test_a_note_past_the_bound_is_a_reason(tmp_path):
+    path = tmp_path / "lib.so"
+    path.write_bytes(
+        elfgen.shared_object("lib.so.1", sections=((NOTE.decode(), 7, b"\0" * 5000, 4),))
+    )
+    assert _note(path) == f"section {NOTE.decode()}: larger than 4096 bytes"

@@ -132,7 +132,7 @@ def test_unknown_capability_is_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "ocihook: --capabilities: unknown driver capability 'teleport' (the profile has: "
-        "utility, compute, video, graphics, display, ngx, compat32, gdrcopy, gds, rdma)"
+        "utility, compute, video, graphics, display, ngx, compat32, gdrcopy, gds, rdma, nvswitch)"
     )
 
 

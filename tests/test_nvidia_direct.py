@@ -8,6 +8,8 @@ never opens a node; tests/test_e2e_nvidia_direct.py opens real stand-ins in cont
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -294,3 +296,163 @@ def test_profile_node_entry_is_validated(entry, tmp_path):
     config.write_text(yaml.safe_dump({"profile": profile}))
     with pytest.raises(OcihookError, match="capabilities.gdrcopy.nodes.0"):
         compile_config(str(config))
+
+
+@pytest.mark.root
+def test_nvswitch_by_name(tmp_path):
+    """NVSwitch's nodes (its nvidia-nvswitchctl included: one major, as the driver makes
+    them), by name only."""
+    config, _ = _config(tmp_path)
+    found = _nodes(config, "--capabilities", "compute,nvswitch")
+    assert found["/dev/nvidia-nvswitch0"] == (505, 0, "rw")
+    assert found["/dev/nvidia-nvswitchctl"] == (505, 255, "rw")
+    assert "/dev/nvidia-nvswitch0" not in _nodes(config, "--capabilities", "all")
+
+
+# -- NVIDIA's switches: NVIDIA_GDRCOPY, NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH ---------------
+
+
+def _hook_request(tmp_path: Path, env: dict, annotations: dict | None = None, request_env=True):
+    """The hook's request (hook.container_request) of a container with `env` under the
+    nvidia profile, request.env as given."""
+    from ocihook.config.compiled import compile_config
+    from ocihook.hook import container_request
+    from ocihook.request.state import Container
+
+    config_path = tmp_path / "config.yaml"
+    settings = synthetic.config(tmp_path, profile="nvidia", request={"env": request_env})
+    config_path.write_text(yaml.safe_dump(settings))
+    config, _ = compile_config(str(config_path))
+    container = Container("c", "creating", 1, str(tmp_path), str(tmp_path), annotations or {}, env)
+    return container_request(container, config)
+
+
+@pytest.mark.parametrize(
+    "env, capabilities, switched",
+    [
+        ({"NVIDIA_GDS": "enabled"}, ["compute", "utility", "gds"], ("gds",)),
+        ({"NVIDIA_GDRCOPY": "enabled"}, ["compute", "utility", "gdrcopy"], ("gdrcopy",)),
+        ({"NVIDIA_MOFED": "enabled"}, ["compute", "utility", "rdma"], ("rdma",)),
+        ({"NVIDIA_NVSWITCH": "enabled"}, ["compute", "utility", "nvswitch"], ("nvswitch",)),
+        (
+            {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled", "NVIDIA_GDRCOPY": "enabled"},
+            ["compute", "utility", "gdrcopy", "gds", "rdma"],
+            ("gdrcopy", "gds", "rdma"),
+        ),
+        # with NVIDIA_DRIVER_CAPABILITIES the switch adds to that list
+        (
+            {"NVIDIA_DRIVER_CAPABILITIES": "video", "NVIDIA_GDS": "enabled"},
+            ["video", "gds"],
+            ("gds",),
+        ),
+        # asked for by name as well: not a switch's alone (its nodes are then required)
+        (
+            {"NVIDIA_DRIVER_CAPABILITIES": "compute,gds", "NVIDIA_GDS": "enabled"},
+            ["compute", "gds"],
+            (),
+        ),
+        # exactly `enabled`, as NVIDIA's runtime compares it
+        ({"NVIDIA_GDS": "Enabled"}, None, ()),
+        ({"NVIDIA_GDS": "true"}, None, ()),
+        ({"NVIDIA_GDS": ""}, None, ()),
+    ],
+)  # fmt: skip
+def test_switches_from_the_image_env(tmp_path, env, capabilities, switched):
+    request = _hook_request(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "0", **env})
+    assert (request.capabilities, request.switched) == (capabilities, switched)
+
+
+def test_switches_are_env_requests(tmp_path):
+    """Read only with request.env (image authors are not trusted by default), and the
+    capabilities annotation wins over them as over NVIDIA_DRIVER_CAPABILITIES."""
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_GDS": "enabled"}
+    off = _hook_request(tmp_path, env, {"ocihook.io/devices": "0"}, request_env=False)
+    assert (off.capabilities, off.switched) == (None, ())
+    annotated = _hook_request(tmp_path, env, {"ocihook.io/capabilities": "compute"})
+    assert (annotated.capabilities, annotated.switched) == (["compute"], ())
+
+
+@pytest.mark.root
+def test_a_switched_capability_the_host_lacks_is_left_out(tmp_path):
+    """NVIDIA_GDS=enabled on a host without nvidia-fs: as NVIDIA's runtime, the container
+    starts without it (the plan says so); the same capability asked for by name is refused."""
+    from ocihook.config.compiled import compile_config
+    from ocihook.discover.build import build_plan
+    from ocihook.discover.roots import Roots
+    from ocihook.request.parse import parse_request
+
+    nodes = {p: n for p, n in nvidia_direct.FAKE_NODES.items() if "nvidia-fs" not in p}
+    majors = {k: v for k, v in nvidia_direct.FAKE_MAJORS.items() if k != "nvidia-fs"}
+    config_path, root = _config(tmp_path, nodes=nodes, majors=majors)
+    config, _ = compile_config(str(config_path))
+    request = parse_request("0", "test")
+    request.capabilities = ["compute", "gds"]
+    request.switched = ("gds",)
+    with Roots(str(root), str(root)) as roots:
+        plan = build_plan(config, roots, request)
+    assert not any(d.path.startswith("/dev/nvidia-fs") for d in plan.devices)
+    assert (
+        f"capability gds (its switch): {root}/dev/nvidia-fs*: {root}/proc/devices has no char "
+        "major 'nvidia-fs' (its kernel module is not loaded): not given"
+    ) in plan.warnings
+    assert "/run/udev" in [m.target for m in plan.mounts]
+    request.switched = ()
+    with Roots(str(root), str(root)) as roots, pytest.raises(OcihookError, match="nvidia-fs"):
+        build_plan(config, roots, request)
+
+
+# -- the CDI spec of IMEX channels -------------------------------------------------------------
+
+
+def _cdi(config: Path, *args: str) -> subprocess.CompletedProcess:
+    ocihook = str(Path(sys.executable).with_name("ocihook"))
+    return subprocess.run(
+        [ocihook, "cdi", "generate", "--config", str(config), "--hook-path", ocihook, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.root
+def test_imex_channels_cdi_spec_matches_golden(tmp_path):
+    """NVIDIA's kind and names (nvidia.com/imex-channel=0, =1, =7, as nvidia-ctk writes
+    them) and `all`; each channel's node, nothing shared."""
+    config, root = _config(tmp_path)
+    result = _cdi(config, "--kind", "nvidia.com/imex-channel", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(result.stdout.replace(str(root), "<root>"))
+    assert spec == golden.golden_json(GOLDEN / "cdi-nvidia-imex.json", spec)
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "7", "all"]
+
+
+@pytest.mark.root
+def test_a_spec_dir_gets_the_gpus_and_the_channels(tmp_path):
+    config, _ = _config(tmp_path)
+    out = tmp_path / "cdi"
+    out.mkdir()
+    result = _cdi(config, "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "nvidia.com_gpu.yaml",
+        "nvidia.com_imex-channel.yaml",
+    ]
+    assert "wrote" in result.stderr and "nvidia.com/imex-channel=7" in result.stderr
+
+
+@pytest.mark.root
+def test_no_channels_no_channel_spec(tmp_path):
+    """A host without channels: a spec dir gets the GPUs' spec only; the channels' kind asked
+    for gets one line."""
+    nodes = {p: n for p, n in nvidia_direct.FAKE_NODES.items() if "imex" not in p}
+    config, root = _config(tmp_path, nodes=nodes)
+    out = tmp_path / "cdi"
+    out.mkdir()
+    assert _cdi(config, "--output", str(out)).returncode == 0
+    assert [p.name for p in out.iterdir()] == ["nvidia.com_gpu.yaml"]
+    result = _cdi(config, "--kind", "nvidia.com/imex-channel")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "ocihook: cdi generate: IMEX channels 'all': the host has no channel nodes "
+        f"({root}/dev/nvidia-caps-imex-channels/channelN)"
+    )

@@ -130,8 +130,12 @@ def test_allow_list_device_names_are_checked_when_the_config_compiles(tmp_path):
 
 
 def test_answer_is_parsed():
-    text = (f"gpu 0 0 {GPU0} 1\nmig 0 0 {MIG0} 5 0\nmig 0 1 - 3 0\ngpu 1 1 {GPU1} 0\nok\n").encode()
-    gpus = nvml.parse_answer(text, "lib")
+    text = (
+        f"gpu 0 0 {GPU0} 1\nfacts 0 14 9.0\nmig 0 0 {MIG0} 5 0\nmig 0 1 - 3 0\n"
+        f"gpu 1 1 {GPU1} 0\nfacts 1 - -\ncuda 12040\nok\n"
+    ).encode()
+    answer = nvml.parse_answer(text, "lib")
+    gpus = answer.gpus
     assert [(g.index, g.minor, g.uuid, g.mig_enabled) for g in gpus] == [
         (0, 0, GPU0, True),
         (1, 1, GPU1, False),
@@ -140,6 +144,14 @@ def test_answer_is_parsed():
         (0, MIG0, 5, 0),
         (1, None, 3, 0),
     ]
+    # what NVIDIA's requirement check reads: brand 14 is NVML_BRAND_NVIDIA; "-": unknown
+    assert [(g.brand, g.arch) for g in gpus] == [("nvidia", "9.0"), (None, None)]
+    assert answer.cuda == "12.4"
+    assert (
+        nvml.parse_answer(f"gpu 0 0 {GPU0} 0\nfacts 0 99 10.0\nok\n".encode(), "l").gpus[0].brand
+        == "unknown"
+    )  # a brand NVML adds later
+    assert nvml.parse_answer(f"gpu 0 0 {GPU0} 0\ncuda -\nok\n".encode(), "l").cuda is None
 
 
 @pytest.mark.parametrize(
@@ -157,6 +169,13 @@ def test_answer_is_parsed():
         b"\xff\nok\n",
         b"hello\nok\n",
         b"gpu 0 0 - 0\n" * 7000 + b"ok\n",  # too long
+        f"gpu 0 0 {GPU0} 0\nfacts 1 2 9.0\nok\n".encode(),  # facts of no GPU
+        f"gpu 0 0 {GPU0} 0\nfacts 0 tesla 9.0\nok\n".encode(),  # a brand is a number
+        f"gpu 0 0 {GPU0} 0\nfacts 0 2 9\nok\n".encode(),  # an arch is M.m
+        f"gpu 0 0 {GPU0} 0\nfacts 0 2 100.0\nok\n".encode(),
+        f"gpu 0 0 {GPU0} 0\nfacts 0 2\nok\n".encode(),
+        f"gpu 0 0 {GPU0} 0\ncuda 12.4\nok\n".encode(),  # NVML's number, not a version
+        f"gpu 0 0 {GPU0} 0\ncuda 99999999\nok\n".encode(),
     ],
 )
 def test_malformed_answers_are_one_line(text):

@@ -160,3 +160,85 @@ def test_the_precreate_registration_beside_the_prestart_one_is_not_a_second_one(
     findings = registration_findings(readers, [], known=())
     failed = [f.message for f in findings if f.status == FAILED]
     assert any("keep it in a dir only podman reads" in m for m in failed), failed
+
+
+# -- the stage ocihook runs at (check/stages.py) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, parsed, runs",
+    [
+        ("runc version 1.1.5+ds1", ((1, 1, 5), None), True),  # Debian 12's
+        ("runc version 1.0.0-rc91", ((1, 0, 0), 91), True),  # the first with createRuntime
+        ("runc version 1.0.0-rc10", ((1, 0, 0), 10), False),
+        ("runc version 1.0.0-rc90+dev", ((1, 0, 0), 90), False),
+        ("runc version 0.1.1", ((0, 1, 1), None), False),
+        ("runc version 1.3.6", ((1, 3, 6), None), True),
+        ("crun version 1.8", ((1, 8, 0), None), True),
+        ("crun version 0.11", ((0, 11, 0), None), False),
+        ("crun version 0.12", ((0, 12, 0), None), True),
+    ],
+)
+def test_which_runtime_versions_run_create_runtime(line, parsed, runs):
+    from ocihook.check import stages
+
+    assert stages.parse_version(line) == parsed
+    assert stages.runs_create_runtime(line.split()[0], parsed) is runs
+
+
+def _fake_runtime(bin_dir: Path, name: str, version: str) -> Path:
+    path = bin_dir / name
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{name} version {version}'\necho 'spec: 1.0.2'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_stage_lines_say_which_stage_and_who_runs_it(dirs, tmp_path):
+    """A createRuntime registration: OK naming the runtimes that run it; FAILED naming one
+    that never would (it predates createRuntime), with the way out; a prestart one: OK, and
+    why createRuntime is what ships."""
+    from ocihook.check import stages
+    from ocihook.check.registration import stage_findings
+
+    create = registration(dirs["usr"] / "ocihook.json", stages=["createRuntime", "poststop"])
+    readers = [Reader("podman", [str(dirs["usr"])], "default")]
+    runtimes = [
+        ("runc", "/usr/sbin/runc", "runc version 1.1.5+ds1"),
+        ("crun", "/usr/bin/crun", "crun version 1.8"),
+    ]
+    (found,) = stage_findings(readers, [], runtimes)
+    assert (found.status, found.message) == (
+        OK,
+        f"stage: hooks.d file {create} (read by podman) registers ocihook at createRuntime, "
+        "which runc 1.1.5+ds1 (/usr/sbin/runc), crun 1.8 (/usr/bin/crun) runs where prestart "
+        "hooks run",
+    )
+    old = [("runc", "/opt/runc", "runc version 1.0.0-rc10")]
+    (failed,) = stage_findings(readers, [], old)
+    assert failed.status == FAILED and "runc 1.0.0-rc10 (/opt/runc) never runs" in failed.message
+    assert "register ocihook at prestart" in failed.message
+    (unknown,) = stage_findings(readers, [], [])
+    assert unknown.status == WARNING and "no runc or crun found" in unknown.message
+    registration(create, stages=["prestart", "poststop"])
+    (prestart,) = stage_findings(readers, [], old)
+    assert prestart.status == OK and "registers ocihook at prestart" in prestart.message
+    # what this host's own runc and crun answer (Debian 12: both run createRuntime)
+    bin_dir = tmp_path / "bin"
+    _fake_runtime(bin_dir, "runc", "1.0.0-rc10")
+    assert stages.installed_runtimes({"PATH": str(bin_dir)})[0] == (
+        "runc",
+        str(bin_dir / "runc"),
+        "runc version 1.0.0-rc10",
+    )
+
+
+def test_both_prestart_and_create_runtime_run_it_twice(dirs):
+    path = registration(dirs["usr"] / "ocihook.json", stages=["prestart", "createRuntime"])
+    text = [
+        m for _, m in lines(registration_findings([Reader("podman", [str(dirs["usr"])], "x")], []))
+    ]
+    assert any(
+        "both prestart and createRuntime: the runtime runs the hook twice" in m and str(path) in m
+        for m in text
+    ), text

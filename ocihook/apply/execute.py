@@ -673,3 +673,8 @@ class ContainerWriter:
         finally:
             os.umask(old_umask)
         self._created(node.path, parent_fd)
+        if node.gid:  # the host node's group: a user the runtime gave it may open the node
+            try:
+                os.chown(name, -1, node.gid, dir_fd=parent_fd, follow_symlinks=False)
+            except OSError as error:
+                raise OcihookError(f"container {node.path}: chown: {error.strerror}") from None

@@ -191,6 +191,8 @@ class _Injection:
                 self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")
+                if config["cuda"]["require"] and config["profile"].get("cuda"):
+                    self._check_cuda_requirements(plan, roots)  # before any change
                 if namespace.rootless:  # a node the user cannot open: refused before changes
                     rootless.check_nodes(
                         namespace, plan.devices, roots.device_fd, container.annotations
@@ -289,8 +291,6 @@ class _Injection:
         root_fd = execute.enter_container(container.pid, container.rootfs)
         try:
             final = Planned(plan, decision).finalize(root_fd)
-            if final.cuda_compat is not None and self.config["cuda"]["require"]:
-                self._check_cuda_requirements(final)
             if not self.api.on_host:
                 self._open_sources(plan, decision, roots)
             self.sources = execute.bind_sources(self.sources, final)
@@ -328,18 +328,35 @@ class _Injection:
         finally:
             os.close(root_fd)
 
-    def _check_cuda_requirements(self, final: Plan) -> None:
-        """The image's NVIDIA_REQUIRE_* against the host driver (or the image's compat
-        libraries where the ld cache takes them): OcihookError when one fails. The
-        container's environment is read for this check only (cuda.py)."""
-        from ocihook.plan import cuda
+    def _check_cuda_requirements(self, plan: Plan, roots: Roots) -> None:
+        """The image's NVIDIA_REQUIRE_* against the host's driver and the selected GPUs, as
+        NVIDIA decides them (plan/require.py): OcihookError when one fails, before anything
+        is changed. NVML (brand, arch) is asked only when evaluation reaches a brand or arch
+        constraint. The container's environment is read for this check only."""
+        from ocihook.plan import require
 
-        settings = self.config["cuda"]
-        line = cuda.check(
-            self.container.env, final.cuda_compat, final.driver_version, settings["brand"]
+        found = require.requirements(self.container.env)
+        if not found:
+            return
+        from ocihook.discover.nvidia import GpuFacts
+        from ocihook.plan.cuda import cuda_for_driver
+
+        facts = GpuFacts(roots, self.config["profile"], plan.driver_version)
+        host = require.Host(
+            plan.driver_version,
+            cuda_for_driver(plan.driver_version),
+            require.selected_gpus(plan),
+            facts,
+            self.config["cuda"]["brand"],
         )
-        if line:
-            self.log.info(f"{self.container.id}: warning: {line}")
+        try:
+            require.check(found, host)
+        finally:
+            if facts.error:
+                line = f"NVIDIA_REQUIRE_*: brand and arch taken as unknown: {facts.error}"
+                self.log.info(f"{self.container.id}: warning: {line}")
+            elif host.asked is not None:
+                self._debug(f"NVIDIA_REQUIRE_*: NVML: {host.asked}")
 
     def _close(self) -> None:
         """Close the handles (once; the sources stay listed for the record)."""

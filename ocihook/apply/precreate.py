@@ -124,6 +124,7 @@ def config_edit(view: dict, sources: list[str]) -> dict:
     with the CDI spec's options, and its mknod nodes as `linux.devices` (their rules are the
     prestart stage's: the module's docstring)."""
     from ocihook.cdi.spec import _mount
+    from ocihook.plan.model import additional_gids
 
     if len(sources) != len(view["mounts"]):
         raise RuntimeError(f"{len(sources)} sources for {len(view['mounts'])} mounts")
@@ -146,12 +147,13 @@ def config_edit(view: dict, sources: list[str]) -> dict:
             "minor": d["minor"],
             "fileMode": d["mode"],
             "uid": 0,
-            "gid": 0,
+            "gid": d["gid"],  # the host node's group (additional_gids gives it to the process)
         }
         for d in view["devices"]
         if d["strategy"] == "mknod"  # a user namespace: the prestart stage binds the node
     ]
-    return {"mounts": mounts, "devices": devices}
+    gids = additional_gids([d for d in view["devices"] if d["strategy"] == "mknod"])
+    return {"mounts": mounts, "devices": devices, "gids": gids}
 
 
 def apply_edit(spec: dict, edit: dict) -> dict:
@@ -182,6 +184,13 @@ def apply_edit(spec: dict, edit: dict) -> dict:
                 f"({old.get('type')} {old.get('major')}:{old.get('minor')}) than the driver's "
                 f"({d['type']} {d['major']}:{d['minor']})"
             )
+    if edit.get("gids"):  # a non-root user gets the nodes' groups (NVIDIA's toolkit 1.19)
+        process = spec.setdefault("process", {})
+        user = process.setdefault("user", {}) if isinstance(process, dict) else None
+        if not isinstance(user, dict):
+            raise OcihookError(f"{WHERE}: field 'process.user' must be an object")
+        groups = _list(user, "additionalGids", "process.user.additionalGids")
+        groups.extend(g for g in edit["gids"] if g not in groups)
     return spec
 
 

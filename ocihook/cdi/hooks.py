@@ -1,5 +1,7 @@
 """`ocihook cdi-hook`: the createContainer hooks that a CDI spec from `ocihook cdi generate`
-names, for what CDI cannot express: soname links and the container's ld cache.
+names, for what CDI cannot express: NVIDIA_REQUIRE_* (check-requirements), soname links and
+the container's ld cache (with the image's CUDA compat libraries first where NVIDIA's rule
+takes them).
 
 The runtime runs createContainer hooks in the container's mount namespace before
 pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
@@ -118,12 +120,15 @@ def _decision(
     folders: list[str],
     label: object = LEGACY,
     ld_writer: object = LEGACY,
+    compat: tuple[str, str, str, str | None] | None = None,
 ) -> Decision:
     """The decision for the part of the spec's plan that a cdi-hook command carries out (its
     links, its ld cache dirs) in this container: the label of what it creates and whether
-    the ld cache is updated (the sandboxed ldconfig; left to the image's loader). The spec's
-    arguments say both (`label`: target.label_choice's choice, `ld_writer`: the decided
-    writer or None), read by target.carried_decision for this container's mount label.
+    the ld cache is updated (the sandboxed ldconfig; left to the image's loader), with the
+    CUDA compat probe `compat` (dir, library, mode, host driver version) where the spec
+    carries one. The spec's arguments say them (`label`: target.label_choice's choice,
+    `ld_writer`: the decided writer or None), read by target.carried_decision for this
+    container's mount label.
     Where the spec says nothing (LEGACY: a spec of an earlier release), plan.decide with
     the defaults' `selinux` and `ldconfig` sections decides, as that release did."""
     target = Target(STATIC, container.userns, container.mount_label, None, True)
@@ -132,6 +137,7 @@ def _decision(
             NO_LABEL if label is LEGACY else label,  # type: ignore[arg-type]
             None if ld_writer is LEGACY else ld_writer,  # type: ignore[arg-type]
             target,
+            compat,
         )
     plan = Plan(
         profile="cdi",
@@ -168,27 +174,87 @@ def create_symlinks(container: Container, links: list[Link], label: object = LEG
 
 
 def update_ldcache(
-    container: Container, ldconfig_path: str, folders: list[str], ld_writer: object = LEGACY
+    container: Container,
+    ldconfig_path: str,
+    folders: list[str],
+    ld_writer: object = LEGACY,
+    compat: tuple[str, str, str, str | None] | None = None,
 ) -> bool:
     """Run the host's ldconfig sandboxed in the rootfs for `folders` when the spec's ld
     cache choice (`ld_writer`) says so; False when it does not, or when the image has no
-    glibc loader (an ld cache means nothing there)."""
+    glibc loader (an ld cache means nothing there). `compat` (compat dir, library, mode,
+    host driver version), as the spec carries it: the image's CUDA compat dir comes first
+    where NVIDIA's rule takes its library (plan/cuda.py, probed by fd as the hook does)."""
     for folder in folders:
         if not folder.startswith("/") or "\0" in folder:
             raise OcihookError(f"--folder {folder!r}: must be an absolute path")
-    decision = _decision(container, [], folders, ld_writer=ld_writer)
+    if compat is not None and (not compat[0].startswith("/") or "\0" in compat[0]):
+        raise OcihookError(f"--cuda-compat {compat[0]!r}: must be an absolute path")
+    decision = _decision(container, [], folders, ld_writer=ld_writer, compat=compat)
     if decision.ld_writer is None:
         return False
     ldconfig_fd = open_static_executable(ldconfig_path, "ldconfig")
     try:
         rootfs = _Rootfs(container)
         try:
-            if decision.in_image(rootfs.fd).ld_writer is None:
+            found = decision.in_image(rootfs.fd)
+            if found.ld_writer is None:
                 return False
+            first = (
+                found.cuda_compat["dir"] if found.cuda_compat and found.cuda_compat["use"] else None
+            )
+            dirs = [first, *[f for f in folders if f != first]] if first else folders
             uid, gid = rootfs.ids()
-            ldcache.update_cache(ldconfig_fd, rootfs.fd, container.rootfs, folders, uid, gid)
+            ldcache.update_cache(ldconfig_fd, rootfs.fd, container.rootfs, dirs, uid, gid)
             return True
         finally:
             rootfs.close()
     finally:
         os.close(ldconfig_fd)
+
+
+def parse_gpu(value: str) -> tuple[int, int, str, str | None, str | None]:
+    """--gpu INDEX=MAJOR:MINOR,BRAND,ARCH (BRAND and ARCH "-" when NVML could not tell) ->
+    (major, minor, its label, brand, arch)."""
+    index, eq, rest = value.partition("=")
+    fields = rest.split(",")
+    numbers = fields[0].split(":") if fields else []
+    if (
+        not eq
+        or len(fields) != 3
+        or len(numbers) != 2
+        or not all(n.isascii() and n.isdigit() and len(n) <= 7 for n in numbers)
+        or not index.isascii()
+        or not index.isdigit()
+        or len(index) > 4
+    ):
+        raise OcihookError(f"--gpu {value[:80]!r}: expected INDEX=MAJOR:MINOR,BRAND,ARCH")
+    brand, arch = (None if f == "-" else f for f in fields[1:])
+    return int(numbers[0]), int(numbers[1]), f"GPU {int(index)}", brand, arch
+
+
+def check_requirements(
+    container: Container,
+    driver: str | None,
+    cuda: str | None,
+    gpus: list[tuple[int, int, str, str | None, str | None]],
+    brand: str | None = None,
+) -> None:
+    """NVIDIA_REQUIRE_* of the container (its config.json's env) against the facts the spec
+    carries (the host's driver and CUDA version, each GPU's brand and compute capability,
+    written by `cdi generate`), for the GPUs whose nodes the container got (its
+    config.json's linux.devices, which the runtime filled from the spec): one line and a
+    refused container when one does not hold (plan/require.py, as the hook decides it)."""
+    from ocihook.plan import require
+
+    found = require.requirements(container.env)
+    if not found:
+        return
+    nodes = {(major, minor) for _path, kind, major, minor in container.runtime.nodes if kind == "c"}
+    selected, facts = [], {}
+    for major, minor, label, gpu_brand, arch in gpus:
+        if (major, minor) in nodes:
+            selected.append(require.Gpu(label, minor))
+            facts[minor] = (gpu_brand, arch)
+    host = require.Host(driver, cuda, selected, lambda: (facts, None), brand)
+    require.check(found, host)

@@ -18,7 +18,8 @@ import os
 import re
 
 from ocihook.errors import OcihookError
-from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL
+from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL, PER_IMAGE
+from ocihook.plan.model import additional_gids
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
@@ -31,6 +32,7 @@ VERSION_FEATURES = (
     ((0, 4, 0), "a mount with a type"),
     ((0, 5, 0), "a device node with a hostPath, or a device name starting with a digit"),
     ((0, 6, 0), "annotations, or a dot in the class of the kind"),
+    ((0, 7, 0), "additionalGids"),
 )
 BASE_VERSION = (0, 3, 0)
 CLASS_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -72,7 +74,7 @@ def _mount(m: dict) -> dict:
 
 
 def _node(d: dict) -> dict:
-    return {
+    node = {
         "path": d["path"],
         "hostPath": d["host_path"],
         "type": d["type"],
@@ -81,10 +83,29 @@ def _node(d: dict) -> dict:
         "fileMode": d["mode"],
         "permissions": d["access"],
     }
+    if d.get("gid"):
+        node["gid"] = d["gid"]  # the host node's group: the runtime makes the node with it
+    return node
 
 
-def _hooks(view: dict, hook_path: str, ldconfig_path: str, label: str) -> list[dict]:
+def _with_gids(edits: dict, nodes: list[dict], gids: bool) -> dict:
+    """`edits` with `additionalGids` where `gids` and the nodes need groups for a non-root
+    user (plan.model.additional_gids: NVIDIA's 1.19 rule)."""
+    wanted = additional_gids(nodes) if gids else []
+    if wanted:
+        edits["additionalGids"] = wanted
+    return edits
+
+
+def _hooks(
+    view: dict, hook_path: str, ldconfig_path: str, label: str, cuda: dict | None = None
+) -> list[dict]:
+    """The createContainer hooks: the requirement check first (a refused container has
+    nothing else done), the soname links, the ld cache (with the CUDA compat probe)."""
     hooks = []
+    if cuda and cuda.get("require") is not None:
+        args = ["ocihook", "cdi-hook", "check-requirements", *cuda["require"]]
+        hooks.append(_hook(hook_path, args))
     if view["links"]:
         args = ["ocihook", "cdi-hook", "create-symlinks", "--selinux-label", label]
         for link in view["links"]:
@@ -93,6 +114,16 @@ def _hooks(view: dict, hook_path: str, ldconfig_path: str, label: str) -> list[d
     if view["ldconfig"] and view["ld_dirs"]:
         args = ["ocihook", "cdi-hook", "update-ldcache", "--ld-writer", view["ld_writer"]]
         args += ["--ldconfig", ldconfig_path]
+        compat = view.get("cuda_compat")
+        if (
+            cuda
+            and compat
+            and compat["reason"] == PER_IMAGE
+            and compat["host_version"]
+            and cuda.get("library")
+        ):
+            args += ["--cuda-compat", compat["dir"], "--cuda-library", cuda["library"]]
+            args += ["--host-driver-version", compat["host_version"]]
         for folder in view["ld_dirs"]:
             args += ["--folder", folder]
         hooks.append(_hook(hook_path, args))
@@ -109,7 +140,15 @@ def _hook(path: str, args: list[str]) -> dict:
     }
 
 
-def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label: str) -> dict:
+def build_spec(
+    view: dict,
+    kind: str,
+    hook_path: str,
+    ldconfig_path: str,
+    label: str,
+    cuda: dict | None = None,
+    gids: bool = True,
+) -> dict:
     """The spec for the executor view (`plan.model.executor_view`) of a finalized plan of every
     device (request "all", described: `build_plan(..., describe="strict")`): shared edits
     (mounts, control nodes, hooks) at the top; one device per index with its nodes, named
@@ -117,34 +156,63 @@ def build_spec(view: dict, kind: str, hook_path: str, ldconfig_path: str, label:
     device with its GPU's nodes and its two cap nodes, named `G:M` and `MIG-...`, as
     NVIDIA's generator names them (device plugins ask for these names); and `all`, every
     index's nodes (the hook's `all`: whole devices, no MIG device). `label` is the links'
-    label choice (target.label_choice), written into their hook's arguments."""
-    by_path = {d["path"]: _node(d) for d in view["devices"]}
+    label choice (target.label_choice), written into their hook's arguments. `cuda` (a
+    CUDA profile's): `require`, the check-requirements hook's arguments (None: no check),
+    `library`, the compat library the update-ldcache hook probes each image for. `gids`:
+    each device's (and the shared nodes') `additionalGids`, the groups a non-root user needs
+    to open its nodes (CDI 0.7.0; NVIDIA's no-additional-gids-for-device-nodes turns it off)."""
+    plain = {d["path"]: d for d in view["devices"]}
+    by_path = {path: _node(d) for path, d in plain.items()}
     whole = view["device_list"]  # the request "all": whole devices only
     devices = []
     every: list[dict] = []
+    every_plain: list[dict] = []
     for device in whole:
         nodes = [by_path[path] for path in device["nodes"]]
         every += [dict(node) for node in nodes]
+        every_plain += [plain[path] for path in device["nodes"]]
         for name in (str(device["index"]), device.get("uuid")):
             if name:  # copies: one YAML node each (no anchors and aliases in the file)
-                edits_nodes = [dict(node) for node in nodes]
-                devices.append({"name": name, "containerEdits": {"deviceNodes": edits_nodes}})
+                edits = {"deviceNodes": [dict(node) for node in nodes]}
+                edits = _with_gids(edits, [plain[p] for p in device["nodes"]], gids)
+                devices.append({"name": name, "containerEdits": edits})
     for mig in view.get("mig_devices") or ():
-        caps = {c["path"]: _node(c) for c in mig["caps"]}
-        nodes = [by_path.get(path) or caps[path] for path in mig["nodes"]]
+        caps = {c["path"]: c for c in mig["caps"]}
+        sources = [plain.get(path) or caps[path] for path in mig["nodes"]]
         for name in (mig["name"], mig["uuid"]):
             if name:
-                edits_nodes = [dict(node) for node in nodes]
-                devices.append({"name": name, "containerEdits": {"deviceNodes": edits_nodes}})
-    devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
-    control = [dict(by_path[d["path"]]) for d in view["devices"] if d["index"] is None]
+                edits = {"deviceNodes": [_node(d) for d in sources]}
+                devices.append({"name": name, "containerEdits": _with_gids(edits, sources, gids)})
+    devices.append(
+        {
+            "name": "all",
+            "containerEdits": _with_gids({"deviceNodes": every}, every_plain, gids),
+        }
+    )
+    shared = [d for d in view["devices"] if d["index"] is None]
+    control = [dict(by_path[d["path"]]) for d in shared]
     edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
-    hooks = _hooks(view, hook_path, ldconfig_path, label)
+        _with_gids(edits, shared, gids)
+    hooks = _hooks(view, hook_path, ldconfig_path, label, cuda)
     if hooks:
         edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def build_channel_spec(nodes: list[dict], kind: str) -> dict:
+    """A spec of NVIDIA IMEX channels (the executor view's device nodes of each channel):
+    one device per channel named by its number, as NVIDIA's generator names them
+    (nvidia.com/imex-channel=0), and `all`; nothing shared."""
+    devices = []
+    for node in nodes:
+        number = node["path"].rsplit("channel", 1)[1]
+        devices.append({"name": number, "containerEdits": {"deviceNodes": [_node(node)]}})
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in nodes]}})
+    spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 
@@ -165,6 +233,8 @@ def required_features(spec: dict) -> list[tuple[int, int, int]]:
         needed.append((0, 5, 0))
     if "annotations" in spec or any("annotations" in d for d in spec["devices"]):
         needed.append((0, 6, 0))
+    if any("additionalGids" in e for e in edits):
+        needed.append((0, 7, 0))
     if "." in spec["kind"].partition("/")[2]:
         needed.append((0, 6, 0))
     return needed

@@ -65,6 +65,7 @@ class HookFile:
     # unchecked (the deprecated 0.1.0 format).
     verdict: str = "error"
     precreate: bool = False  # its stages are podman's precreate only (the precreate route)
+    stages: list[str] = field(default_factory=list)  # the stages it names (strings only)
 
     @property
     def usable(self) -> bool:
@@ -386,6 +387,7 @@ def _runtime_rules(
                     result.rejected.append(problem)
     stages = document.get("stages")
     if isinstance(stages, list):
+        result.stages = [stage for stage in stages if isinstance(stage, str)]
         for stage in stages:
             if not isinstance(stage, str) or stage in RUNTIME_STAGES:
                 continue
@@ -446,6 +448,11 @@ def _ocihook_rules(document: dict, result: HookFile) -> None:
         if not {"prestart", "createRuntime"} & set(stages):
             result.ocihook_needs.append(
                 "stages: neither prestart nor createRuntime: the hook never injects the driver"
+            )
+        elif {"prestart", "createRuntime"} <= set(stages):
+            result.ocihook_needs.append(
+                "stages: both prestart and createRuntime: the runtime runs the hook twice at "
+                "the same point; keep createRuntime (prestart only for a runtime without it)"
             )
         if "poststop" not in stages:
             result.warnings.append(

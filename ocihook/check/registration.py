@@ -147,6 +147,61 @@ def registration_findings(
     return out
 
 
+def stage_findings(
+    readers: list[Reader],
+    explicit: list[str],
+    runtimes: list[tuple[str, str, str | None]],
+) -> list[Finding]:
+    """At which stage ocihook runs (check/stages.py): per registration a runtime loads, its
+    stage and the OCI runtimes (`runtimes`: stages.installed_runtimes) that run it; FAILED
+    where an installed runtime would never run a createRuntime-only registration."""
+    from ocihook.check import stages
+
+    views = [(r.runtime, r.directories) for r in readers]
+    if explicit:
+        views = [(COMMAND_LINE, explicit)]
+    used: dict[str, list[str]] = {}
+    for view, dirs in views:
+        for path in _effective([os.path.normpath(d) for d in dirs if d]).values():
+            used.setdefault(path, []).append(view)
+    running, not_running = stages.describe_runtimes(runtimes)
+    out = []
+    for path, who in used.items():
+        report = hooksd.check_hook_file(path, hooksd.PODMAN_EXTENSION_STAGES)
+        if not (_registers(report) and not report.ocihook_needs):
+            continue
+        stage = "createRuntime" if "createRuntime" in report.stages else "prestart"
+        where = f"hooks.d file {path} (read by {', '.join(who)})"
+        if stage == "prestart":
+            message = (
+                f"stage: {where} registers ocihook at prestart, which the OCI runtime spec "
+                "deprecates (podman 5 and CRI-O 1.30 pass it on as createRuntime): the shipped "
+                "registrations say createRuntime; prestart is for a runtime without it"
+            )
+            out.append(Finding(OK, "stage", message, path))
+            continue
+        if not_running:
+            message = (
+                f"stage: {where} registers ocihook at createRuntime, which "
+                f"{', '.join(not_running)} never runs (runc runs it from 1.0.0-rc91, crun from "
+                "0.12): update it, or register ocihook at prestart (hooks.d stages)"
+            )
+            out.append(Finding(FAILED, "stage", message, path))
+        if running:
+            message = (
+                f"stage: {where} registers ocihook at createRuntime, which "
+                f"{', '.join(running)} runs where prestart hooks run"
+            )
+            out.append(Finding(OK, "stage", message, path))
+        elif not not_running:
+            message = (
+                f"stage: {where} registers ocihook at createRuntime; no runc or crun found "
+                "to tell whether the OCI runtime runs it (runc 1.0.0-rc91 and crun 0.12 do)"
+            )
+            out.append(Finding(WARNING, "stage", message, path))
+    return out
+
+
 def _registers(report: hooksd.HookFile) -> bool:
     """A registration of the prestart hook (the precreate one is its companion, not a
     second registration: docs/cgroups.md, Routes)."""

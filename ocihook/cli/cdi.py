@@ -67,6 +67,14 @@ def cdi() -> None:
     help="Absolute path of the ocihook executable the runtime runs for the createContainer "
     "hooks [the ocihook found on PATH].",
 )
+@click.option(
+    "--no-additional-gids",
+    "no_gids",
+    is_flag=True,
+    help="Leave out `additionalGids` (the groups a non-root container user needs to open a "
+    "device node that is not everyone's: CDI 0.7.0, which podman 4.3 cannot read), as "
+    "NVIDIA's no-additional-gids-for-device-nodes does.",
+)
 def generate(
     config_path: str,
     output: str,
@@ -75,6 +83,7 @@ def generate(
     kind: str | None,
     lib_dir: str | None,
     hook_path: str | None,
+    no_gids: bool,
 ) -> None:
     """Write a CDI spec for the configured profile and source root.
 
@@ -103,16 +112,108 @@ def generate(
     hook_path = hook_path or _default_hook_path()
     if not os.path.isabs(hook_path):
         raise OcihookError(f"--hook-path {hook_path}: must be an absolute path")
-    request = parse_request("all", "cdi generate")
-    target = Target(STATIC, lib_dir=lib_dir)
-    plan = finalized_plan(config, request, target, verify=True, describe="strict")
     profile = config["profile"]
-    kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
-    label = cdispec.parse_label(label_choice(config["selinux"], target))  # as cdi-hook will read it
-    spec = cdispec.build_spec(
-        executor_view(plan), kind, hook_path, config["ldconfig"]["path"], label
-    )
-    cdispec.validate(spec)
+    imex_kind = _imex_kind(profile)
+    specs = []  # (kind, spec)
+    if kind is None or kind != imex_kind:
+        request = parse_request("all", "cdi generate")
+        target = Target(STATIC, lib_dir=lib_dir)
+        plan = finalized_plan(config, request, target, verify=True, describe="strict")
+        gpu_kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
+        label = cdispec.parse_label(label_choice(config["selinux"], target))  # as cdi-hook reads it
+        view = executor_view(plan)
+        steps = _cuda_steps(config, view)
+        ldconfig = config["ldconfig"]["path"]
+        spec = cdispec.build_spec(
+            view, gpu_kind, hook_path, ldconfig, label, steps, gids=not no_gids
+        )
+        specs.append((gpu_kind, spec))
+    # The IMEX channels: a spec of their own kind, asked for by it, or beside the GPUs' in a dir.
+    directory = output != "-" and os.path.isdir(output)
+    if imex_kind and (kind == imex_kind or (kind is None and directory)):
+        channels = _imex_spec(config, imex_kind, required=kind == imex_kind)
+        if channels is not None:
+            specs.append((imex_kind, channels))
+    for spec_kind, spec in specs:
+        cdispec.validate(spec)
+        _write(spec, spec_kind, output, fmt)
+
+
+def _imex_kind(profile: dict) -> str | None:
+    """The CDI kind of the profile's NVIDIA IMEX channels (NVIDIA's nvidia.com/imex-channel),
+    None for a profile without NVIDIA devices."""
+    from ocihook.request.imex import settings
+
+    nvidia = settings(profile["devices"])
+    return nvidia["imex_cdi_kind"] if nvidia else None
+
+
+def _imex_spec(config: dict, kind: str, required: bool) -> dict | None:
+    """The spec of the host's IMEX channels; None where it has none (an error when that
+    spec was asked for by its kind)."""
+    from ocihook.cdi import spec as cdispec
+    from ocihook.discover import imex
+    from ocihook.pipeline import open_roots
+    from ocihook.plan.model import DeviceNode
+
+    spec = config["profile"]["devices"]
+    with open_roots(config) as roots:
+        if not imex.host_channels(roots, spec) and not required:
+            return None
+        nodes = imex.plan_channels(roots, spec, None, spec["access"], "cdi generate")
+    mode = spec.get("mode")
+    if mode:
+        nodes = [n.replace(mode=int(mode, 8)) for n in nodes]
+    return cdispec.build_channel_spec([DeviceNode.to_dict(n) for n in nodes], kind)
+
+
+def _cuda_steps(config: dict, view: dict) -> dict | None:
+    """What a CUDA profile's spec carries to its hooks: the compat library the update-ldcache
+    hook probes each image for, and (cuda.require) the check-requirements hook's arguments:
+    the driver and CUDA versions and each GPU's brand and compute capability (NVML's, asked
+    now; unknown where it cannot tell, which satisfies NVIDIA's constraints on them)."""
+    settings = config["profile"].get("cuda")
+    if not settings:
+        return None
+    steps: dict = {"library": settings["library"], "require": None}
+    if not config["cuda"]["require"]:
+        return steps
+    from ocihook.discover.nvidia import GpuFacts
+    from ocihook.pipeline import open_roots
+    from ocihook.plan.cuda import cuda_for_driver
+
+    driver = view["driver_version"]
+    with open_roots(config) as roots:
+        facts = GpuFacts(roots, config["profile"], driver)
+        by_minor, nvml_cuda = facts()
+    if facts.error:
+        click.echo(
+            f"warning: {facts.error}: the spec's requirement check takes every GPU's brand "
+            "and compute capability as unknown",
+            err=True,
+        )
+    cuda = cuda_for_driver(driver) or nvml_cuda
+    args = []
+    if driver:
+        args += ["--driver-version", driver]
+    if cuda:
+        args += ["--cuda-version", cuda]
+    if config["cuda"]["brand"]:
+        args += ["--brand", config["cuda"]["brand"]]
+    numbers = {d["path"]: (d["major"], d["minor"]) for d in view["devices"]}
+    for device in view["device_list"]:
+        if device.get("index") is None or not device["nodes"]:
+            continue
+        major, minor = numbers[device["nodes"][0]]
+        brand, arch = by_minor.get(minor, (None, None))
+        args += ["--gpu", f"{device['index']}={major}:{minor},{brand or '-'},{arch or '-'}"]
+    steps["require"] = args
+    return steps
+
+
+def _write(spec: dict, kind: str, output: str, fmt: str | None) -> None:
+    from ocihook.cdi import spec as cdispec
+
     if output != "-" and os.path.isdir(output):
         output = os.path.join(output, kind.replace("/", "_") + "." + (fmt or "yaml"))
     if fmt is None:
@@ -166,6 +267,30 @@ def create_symlinks(links: tuple[str, ...], label: str | None) -> None:
     hooks.create_symlinks(hooks.read_container(), parsed, **kwargs)
 
 
+@cdi_hook.command("check-requirements")
+@click.option("--driver-version", default=None, help="The host driver's version.")
+@click.option("--cuda-version", default=None, help="The CUDA version the host driver supports.")
+@click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    metavar="INDEX=MAJOR:MINOR,BRAND,ARCH",
+    help="A GPU of the host: its index, its node's numbers, NVML's brand and compute "
+    "capability ('-' where NVML could not tell).",
+)
+@click.option("--brand", default=None, help="The node's brand for every GPU (cuda.brand).")
+def check_requirements(
+    driver_version: str | None, cuda_version: str | None, gpus: tuple[str, ...], brand: str | None
+) -> None:
+    """Refuse the container, in one line, when its image's NVIDIA_REQUIRE_* does not hold on
+    this host (as NVIDIA decides it; docs/vendors/nvidia.md), for the GPUs whose nodes it got.
+    The host's facts are the spec's arguments, written by `ocihook cdi generate`."""
+    from ocihook.cdi import hooks
+
+    parsed = [hooks.parse_gpu(value) for value in gpus]
+    hooks.check_requirements(hooks.read_container(), driver_version, cuda_version, parsed, brand)
+
+
 @cdi_hook.command("update-ldcache")
 @click.option(
     "--folder",
@@ -189,9 +314,31 @@ def create_symlinks(links: tuple[str, ...], label: str | None) -> None:
     "generated the spec decided [not given (a spec of an earlier release): the default "
     "config's, ldconfig].",
 )
-def update_ldcache(folders: tuple[str, ...], ldconfig_path: str, ld_writer: str | None) -> None:
-    """Update the container's ld cache for FOLDERs (glibc images; others are left alone)."""
+@click.option(
+    "--cuda-compat",
+    "compat_dir",
+    default=None,
+    metavar="DIR",
+    help="The image's CUDA compat dir: listed first where NVIDIA's rule takes its library "
+    "for the host driver (--host-driver-version).",
+)
+@click.option("--cuda-library", default="libcuda.so", show_default=True, help="The compat library.")
+@click.option("--host-driver-version", default=None, help="The host driver's version.")
+def update_ldcache(
+    folders: tuple[str, ...],
+    ldconfig_path: str,
+    ld_writer: str | None,
+    compat_dir: str | None,
+    cuda_library: str,
+    host_driver_version: str | None,
+) -> None:
+    """Update the container's ld cache for FOLDERs (glibc images; others are left alone),
+    the image's CUDA compat dir first where NVIDIA's rule takes it."""
     from ocihook.cdi import hooks
 
-    kwargs = {} if ld_writer is None else {"ld_writer": None if ld_writer == "none" else ld_writer}
+    kwargs: dict = {}
+    if ld_writer is not None:
+        kwargs["ld_writer"] = None if ld_writer == "none" else ld_writer
+    if compat_dir is not None:
+        kwargs["compat"] = (compat_dir, cuda_library, "ldconfig", host_driver_version)
     hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders), **kwargs)

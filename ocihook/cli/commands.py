@@ -211,6 +211,11 @@ def check(config_path: str, hooks_dirs: tuple[str, ...], cache_dir: str, as_json
     readers = hooksdirs.readers()
     findings += registration.runtime_findings(readers)
     findings += registration.registration_findings(readers, list(hooks_dirs))
+    from ocihook.check import stages
+
+    findings += registration.stage_findings(
+        readers, list(hooks_dirs), stages.installed_runtimes(os.environ)
+    )
     findings += routes.route_findings(readers, list(hooks_dirs))
     if config is not None and config["kubernetes"]["device_plugin"]:
         findings += [_allocated_route(r.runtime) for r in readers if r.runtime == "CRI-O"]

@@ -30,11 +30,12 @@ from ocihook.request.state import hook_namespace
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
-CACHE_FORMAT = 9  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
+CACHE_FORMAT = 10  # 3: profiles with capabilities, ld_cache, library_dirs32, devices.nodes;
 # 4: ldconfig.writer; 5: profile ld_conf and variables; 6: devices.nvidia, devices.cdi_kind;
 # 7: request.imex_annotation (IMEX channels), capability nodes and by_name (GPUDirect);
 # 8: the cuda section (forward compatibility, NVIDIA_REQUIRE_*) and the profile's cuda;
 # 9: the kubernetes section (the device plugin, Kubernetes mode)
+# 10: a capability's `switch` (NVIDIA_GDS=enabled, ...)
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20

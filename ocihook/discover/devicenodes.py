@@ -20,7 +20,8 @@ def discover(found: Found) -> None:
         roots, spec, chosen.selection, chosen.available, found.parts["control"]
     )
     found.nodes += _with_mode(
-        nodes + _extra_nodes(roots, profile, found.capabilities, found.request), mode
+        nodes + _extra_nodes(roots, profile, found.capabilities, found.request, found.warnings),
+        mode,
     )
     found.device_list += [chosen.available[i] for i in chosen.selection.indices]
     found.device_list += [m.replace(caps=_with_mode(m.caps, mode)) for m in chosen.selection.mig]
@@ -28,7 +29,11 @@ def discover(found: Found) -> None:
 
 
 def _extra_nodes(
-    roots: Roots, profile: dict, capabilities: list[str], request: DeviceRequest
+    roots: Roots,
+    profile: dict,
+    capabilities: list[str],
+    request: DeviceRequest,
+    warnings: list[str],
 ) -> list[DeviceNode]:
     """The nodes beyond the devices' and control nodes: the requested NVIDIA IMEX channels
     (imex.py) and those of the selected capabilities' `nodes` (gpudirect.py), each module
@@ -42,8 +47,8 @@ def _extra_nodes(
     if any(profile["capabilities"].get(c, {}).get("nodes") for c in capabilities):
         from ocihook.discover import gpudirect
 
-        entries = gpudirect.wanted(profile, capabilities)
-        found += gpudirect.plan_nodes(roots, entries, spec["access"])
+        entries = gpudirect.wanted(profile, capabilities, request.switched)
+        found += gpudirect.plan_nodes(roots, entries, spec["access"], warnings)
     return found
 
 

@@ -311,6 +311,7 @@ def device_node(roots: Roots, inner: str, index: int | None, access: str) -> Dev
         mode=stat.S_IMODE(st.st_mode),
         index=index,
         access=access,
+        gid=st.st_gid,
     )
 
 

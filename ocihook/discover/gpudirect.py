@@ -18,14 +18,22 @@ from ocihook.errors import OcihookError
 from ocihook.plan.model import DeviceNode
 
 
-def wanted(profile: dict, capabilities: list[str]) -> list[tuple[str, dict]]:
-    """(capability, node entry) of the selected capabilities, in profile order."""
-    return [
-        (name, entry if isinstance(entry, dict) else {"path": entry})
-        for name, part in profile["capabilities"].items()
-        if name in capabilities
-        for entry in part.get("nodes") or ()
-    ]
+def wanted(
+    profile: dict, capabilities: list[str], switched: tuple[str, ...] = ()
+) -> list[tuple[str, dict]]:
+    """(capability, node entry) of the selected capabilities, in profile order; the entries
+    of those only an image's switch asked for (`switched`: NVIDIA_GDS=enabled) optional, as
+    NVIDIA's runtime gives them where the host has them and nothing where it has none."""
+    found = []
+    for name, part in profile["capabilities"].items():
+        if name not in capabilities:
+            continue
+        for entry in part.get("nodes") or ():
+            entry = dict(entry) if isinstance(entry, dict) else {"path": entry}
+            if name in switched:
+                entry["optional"] = entry["switched"] = True
+            found.append((name, entry))
+    return found
 
 
 def by_name_only(profile: dict) -> list[str]:
@@ -33,8 +41,11 @@ def by_name_only(profile: dict) -> list[str]:
     return [name for name, part in profile["capabilities"].items() if part.get("by_name")]
 
 
-def plan_nodes(roots: Roots, entries: list[tuple[str, dict]], access: str) -> list[DeviceNode]:
-    """The nodes of `entries` (each once), checked against their driver's numbers."""
+def plan_nodes(
+    roots: Roots, entries: list[tuple[str, dict]], access: str, skipped: list | None = None
+) -> list[DeviceNode]:
+    """The nodes of `entries` (each once), checked against their driver's numbers; what a
+    switched entry (wanted's) found nothing of is said in `skipped`."""
     from ocihook.discover.devices import device_node
     from ocihook.discover.procdevices import MISC_MAJOR, char_majors, misc_minors
 
@@ -64,6 +75,10 @@ def plan_nodes(roots: Roots, entries: list[tuple[str, dict]], access: str) -> li
             driver = f"{table} has no misc device '{entry['misc']}'"
             expect = ([MISC_MAJOR], minor)
         if not paths or not numbers:
+            if entry.get("switched") and skipped is not None:
+                what = host_path(roots.device_root, pattern)
+                why = "no such node" if numbers else f"{driver} (its kernel module is not loaded)"
+                skipped.append(f"capability {capability} (its switch): {what}: {why}: not given")
             if entry.get("optional", False):
                 continue
             what = host_path(roots.device_root, pattern)

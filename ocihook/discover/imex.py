@@ -14,6 +14,22 @@ from ocihook.plan.model import DeviceNode
 from ocihook.request.imex import number, settings
 
 
+def host_channels(roots: Roots, spec: dict) -> dict[int, str]:
+    """channel number -> its node's in-root path, for every channel node under the device
+    root (by name only: plan_channels checks what each is)."""
+    nvidia = settings(spec)
+    if nvidia is None:
+        return {}
+    parent, name = os.path.split(nvidia["imex_node"])
+    prefix, _, suffix = name.partition("{minor}")
+    present = {}
+    for entry in roots.listing(roots.device_fd, parent).entries:
+        digits = entry[len(prefix) : len(entry) - len(suffix)]
+        if entry.startswith(prefix) and entry.endswith(suffix) and number(digits) is not None:
+            present[int(digits)] = f"{parent}/{entry}"
+    return present
+
+
 def plan_channels(
     roots: Roots, spec: dict, channels: tuple[int, ...] | None, access: str, origin: str
 ) -> list[DeviceNode]:
@@ -22,14 +38,9 @@ def plan_channels(
     nvidia = settings(spec)
     if nvidia is None:
         raise OcihookError(f"{origin}: IMEX channels: the profile has no NVIDIA devices")
-    pattern = nvidia["imex_node"]
-    parent, name = os.path.split(pattern)
-    prefix, _, suffix = name.partition("{minor}")
-    present = {}
-    for entry in roots.listing(roots.device_fd, parent).entries:
-        digits = entry[len(prefix) : len(entry) - len(suffix)]
-        if entry.startswith(prefix) and entry.endswith(suffix) and number(digits) is not None:
-            present[int(digits)] = f"{parent}/{entry}"
+    parent, name = os.path.split(nvidia["imex_node"])
+    prefix = name.partition("{minor}")[0]
+    present = host_channels(roots, spec)
     have = ",".join(map(str, sorted(present))) or "none"
     wanted = sorted(present) if channels is None else list(channels)
     if not wanted:

@@ -20,7 +20,8 @@ files under the device root, by fd, and from NVML only where those files cannot 
   management capabilities `mig/config` and `mig/monitor` (which let the holder reconfigure
   or watch every MIG device): a cap node with one of their minors is refused.
 
-NVML runs only when a request names a MIG device (or a UUID the files lack), or for the
+NVML runs only when a request names a MIG device (or a UUID the files lack), when an
+image's NVIDIA_REQUIRE_* reaches a brand or arch constraint (GpuFacts), or for the
 read-only commands on a host that has MIG instances: never on the path of other requests.
 """
 
@@ -210,6 +211,7 @@ def cap_node(
                 f"{host_path(roots.device_root, cap)} gives no DeviceFileMode to make it with"
             )
         where = host_path(roots.device_root, path)
+        gid = 0
     else:
         st = final[1]
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (
@@ -221,8 +223,9 @@ def cap_node(
                 f"{major}:{minor} that {host_path(roots.device_root, cap)} names"
             )
         mode = stat.S_IMODE(st.st_mode)
+        gid = st.st_gid
         where = host_path(roots.device_root, in_root(roots.device_real, final[0]))
-    return DeviceNode(path, where, "c", major, minor, mode, index, access)
+    return DeviceNode(path, where, "c", major, minor, mode, index, access, gid=gid)
 
 
 class Names:
@@ -242,26 +245,31 @@ class Names:
         self.nvidia = settings(spec) or dict(DEFAULTS)
         self.nvml_dirs = nvml_dirs
         self.version = version
-        self._gpus: list | None = None
+        self._answer = None  # nvml.Answer, once asked
         self._error: OcihookError | None = None
 
     def nvml(self) -> list:
         """nvml.GpuInfo of every GPU (asked once; a failure is raised again, not retried)."""
+        return self.answer().gpus
+
+    def answer(self):
+        """NVML's whole answer (nvml.Answer: the GPUs and the driver's CUDA version), asked
+        once; a failure is raised again, not retried."""
         if self._error is not None:
             raise self._error
-        if self._gpus is None:
+        if self._answer is None:
             from ocihook.discover import nvml
 
             try:
                 fd, where = self._open_library()
                 try:
-                    self._gpus = nvml.query(fd, float(self.nvidia["nvml_timeout"]), where)
+                    self._answer = nvml.query(fd, float(self.nvidia["nvml_timeout"]), where)
                 finally:
                     os.close(fd)
             except OcihookError as error:
                 self._error = error
                 raise
-        return self._gpus
+        return self._answer
 
     def _open_library(self) -> tuple[int, str]:
         """The NVML library of the running driver in the source root, opened by fd."""
@@ -330,3 +338,30 @@ class Names:
                 nodes = list(parent.nodes) + [node.path for node in caps]
                 found.append(MigDevice(name, mig.uuid, parent.index, mig.gi, mig.ci, nodes, caps))
         return found
+
+
+class GpuFacts:
+    """What NVIDIA's requirement check (plan/require.py) reads of NVML, asked when called:
+    minor -> (brand, compute capability) of every GPU, and the driver's CUDA version.
+    NVML that cannot answer (missing, failing, hung past its time limit) answers nothing,
+    and `error` says why: the check then takes those facts as unknown, as NVIDIA's does."""
+
+    def __init__(self, roots: Roots, profile: dict, version: str | None) -> None:
+        self.roots = roots
+        self.profile = profile
+        self.version = version
+        self.error: str | None = None
+
+    def __call__(self) -> tuple[dict, str | None]:
+        from ocihook.discover.libfinder import LibraryFinder
+
+        finder = LibraryFinder(self.roots, self.profile)
+        names = Names(
+            self.roots, self.profile["devices"], lambda n: finder.dirs(n, 64), self.version
+        )
+        try:
+            answer = names.answer()
+        except OcihookError as error:
+            self.error = str(error)
+            return {}, None
+        return {gpu.minor: (gpu.brand, gpu.arch) for gpu in answer.gpus}, answer.cuda

@@ -21,14 +21,21 @@ The child writes plain text lines, which the parent validates field by field (nu
 range, UUIDs in NVIDIA's form, a bounded size) before any of it is used:
 
     gpu NVML_INDEX MINOR UUID|- MIG(0|1)
+    facts NVML_INDEX BRAND|- ARCH|-        (nvmlBrandType_t number, compute capability M.m)
     mig NVML_INDEX MIG_INDEX UUID|- GI CI
+    cuda VERSION|-                          (the driver's CUDA version, 1000 * major + 10 * minor)
     ok                                     (or: error TEXT)
+
+A GPU's brand and compute capability and the driver's CUDA version are what NVIDIA's
+requirement check (NVIDIA_REQUIRE_*: plan/require.py) reads; NVML that cannot tell them
+answers `-` (unknown), never an error.
 
 NVML calls used (the stand-in in tests/support/nvml_standin.c implements exactly these):
 nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetMinorNumber,
 nvmlDeviceGetUUID, nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
 nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetGpuInstanceId,
-nvmlDeviceGetComputeInstanceId, nvmlErrorString, nvmlShutdown.
+nvmlDeviceGetComputeInstanceId, nvmlDeviceGetBrand, nvmlDeviceGetCudaComputeCapability,
+nvmlSystemGetCudaDriverVersion, nvmlErrorString, nvmlShutdown.
 """
 
 from __future__ import annotations
@@ -49,6 +56,29 @@ MAX_ID = 1 << 16
 UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
 NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND = 0, 3, 6
 NVML_DEVICE_MIG_ENABLE = 1
+# nvmlBrandType_t, by number, as the words CUDA images' NVIDIA_REQUIRE_CUDA name brands by
+# (brand=tesla, brand=nvidiartx, ...); a number NVML adds later reads as unknown.
+BRANDS = (
+    "unknown",
+    "quadro",
+    "tesla",
+    "nvs",
+    "grid",
+    "geforce",
+    "titan",
+    "vapps",
+    "vpc",
+    "vcs",
+    "vws",
+    "cloudgaming",
+    "quadrortx",
+    "nvidiartx",
+    "nvidia",
+    "geforcertx",
+    "titanrtx",
+)
+MAX_BRAND = 255
+MAX_CUDA = 1 << 20
 
 
 class MigInfo(Struct):
@@ -64,20 +94,39 @@ class MigInfo(Struct):
 
 class GpuInfo(Struct):
     """One GPU as NVML names it: NVML's index, the minor of its /dev/nvidiaN, UUID, whether
-    MIG is enabled, and its MIG devices in NVML's order."""
+    MIG is enabled, its MIG devices in NVML's order, its brand (BRANDS' word) and compute
+    capability ("9.0"; None: NVML could not tell)."""
 
-    __slots__ = ("index", "minor", "uuid", "mig_enabled", "mig")
+    __slots__ = ("index", "minor", "uuid", "mig_enabled", "mig", "brand", "arch")
+    _defaults = {"brand": None, "arch": None}
     index: int
     minor: int
     uuid: str | None
     mig_enabled: bool
     mig: list[MigInfo]
+    brand: str | None
+    arch: str | None
 
 
-def query(library_fd: int, timeout: float, where: str) -> list[GpuInfo]:
-    """The host's GPUs and MIG devices from the NVML library open at `library_fd` (`where`
-    names it in messages), asked in a sandboxed child that is killed after `timeout`
-    seconds; any failure is one OcihookError line."""
+class Answer(Struct):
+    """NVML's answer: the GPUs in NVML's order and the driver's CUDA version ("12.4"; None:
+    NVML could not tell)."""
+
+    __slots__ = ("gpus", "cuda")
+    gpus: list[GpuInfo]
+    cuda: str | None
+
+
+def brand_name(number: int) -> str:
+    """The word of an nvmlBrandType_t number (BRANDS), unknown past the table."""
+    return BRANDS[number] if 0 <= number < len(BRANDS) else "unknown"
+
+
+def query(library_fd: int, timeout: float, where: str) -> Answer:
+    """The host's GPUs and MIG devices (and the facts NVIDIA's requirement check reads) from
+    the NVML library open at `library_fd` (`where` names it in messages), asked in a
+    sandboxed child that is killed after `timeout` seconds; any failure is one
+    OcihookError line."""
     devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     read_end, write_end = os.pipe()
     try:
@@ -145,7 +194,7 @@ def _kill_and_reap(pid: int) -> None:
             return
 
 
-def parse_answer(text: bytes, where: str) -> list[GpuInfo]:
+def parse_answer(text: bytes, where: str) -> Answer:
     """The child's lines, validated; OcihookError on an error line or anything malformed."""
 
     def bad(why: str) -> OcihookError:
@@ -160,13 +209,30 @@ def parse_answer(text: bytes, where: str) -> list[GpuInfo]:
     if lines and lines[-1] == "":
         lines.pop()
     gpus: dict[int, GpuInfo] = {}
+    cuda: str | None = None
     for line in lines:
         fields = line.split(" ")
         if fields[0] == "error":
             message = "".join(c for c in line[6:] if c.isprintable())[:200]
             raise OcihookError(f"NVML {where}: {message}")
         if fields[0] == "ok" and len(fields) == 1 and line is lines[-1]:
-            return list(gpus.values())
+            return Answer(list(gpus.values()), cuda)
+        if fields[0] == "facts" and len(fields) == 4:
+            index = _number(fields[1], MAX_GPUS)
+            brand = None if fields[2] == "-" else _number(fields[2], MAX_BRAND + 1)
+            arch = _arch(fields[3])
+            if index not in gpus or (brand is None and fields[2] != "-") or arch is False:
+                raise bad(f"line {line[:80]!r}")
+            gpus[index] = gpus[index].replace(
+                brand=None if brand is None else brand_name(brand), arch=arch
+            )
+            continue
+        if fields[0] == "cuda" and len(fields) == 2:
+            number = None if fields[1] == "-" else _number(fields[1], MAX_CUDA)
+            if number is None and fields[1] != "-":
+                raise bad(f"line {line[:80]!r}")
+            cuda = None if number is None else f"{number // 1000}.{number % 1000 // 10}"
+            continue
         if fields[0] == "gpu" and len(fields) == 5:
             index, minor = _number(fields[1], MAX_GPUS), _number(fields[2], 256)
             uuid = _uuid(fields[3], GPU_PREFIX)
@@ -183,6 +249,17 @@ def parse_answer(text: bytes, where: str) -> list[GpuInfo]:
         else:
             raise bad(f"line {line[:80]!r}")
     raise OcihookError(f"NVML {where}: the child ended without an answer (it crashed)")
+
+
+def _arch(text: str) -> str | None | bool:
+    """A compute capability "M.m" (each at most two digits), None for "-", False when
+    malformed."""
+    if text == "-":
+        return None
+    major, dot, minor = text.partition(".")
+    if dot and all(0 < len(p) <= 2 and p.isascii() and p.isdigit() for p in (major, minor)):
+        return f"{int(major)}.{int(minor)}"
+    return False
 
 
 def _number(text: str, bound: int) -> int | None:
@@ -311,12 +388,51 @@ def _ask(path: str) -> list[str]:
             )
             enabled = mode == NVML_SUCCESS and current.value == NVML_DEVICE_MIG_ENABLE
             lines.append(f"gpu {index} {minor.value} {nvml.uuid(handle)} {int(enabled)}")
+            facts = f"{_brand(nvml, handle)} {_compute_capability(nvml, handle)}"
+            lines.append(f"facts {index} {facts}")
             if enabled:
                 lines += _mig_lines(nvml, index, handle)
+        lines.append(f"cuda {_cuda_version(nvml)}")
     finally:
         nvml.call("nvmlShutdown", allow=tuple(range(1, 1000)))
     lines.append("ok")
     return lines
+
+
+def _brand(nvml: _Nvml, handle: object) -> str:
+    """The GPU's nvmlBrandType_t number, "-" when NVML cannot tell."""
+    c = nvml.ctypes
+    brand = c.c_int()
+    try:
+        nvml.call("nvmlDeviceGetBrand", handle, c.byref(brand))
+    except RuntimeError:
+        return "-"
+    return str(brand.value) if 0 <= brand.value <= MAX_BRAND else "-"
+
+
+def _compute_capability(nvml: _Nvml, handle: object) -> str:
+    """The GPU's compute capability "M.m", "-" when NVML cannot tell."""
+    c = nvml.ctypes
+    major, minor = c.c_int(), c.c_int()
+    try:
+        nvml.call("nvmlDeviceGetCudaComputeCapability", handle, c.byref(major), c.byref(minor))
+    except RuntimeError:
+        return "-"
+    if 0 <= major.value < 100 and 0 <= minor.value < 100:
+        return f"{major.value}.{minor.value}"
+    return "-"
+
+
+def _cuda_version(nvml: _Nvml) -> str:
+    """The driver's CUDA version as NVML numbers it (12040: 12.4), "-" when it cannot tell;
+    nvmlSystemGetCudaDriverVersion, the call libnvidia-container's requirement check makes."""
+    c = nvml.ctypes
+    version = c.c_int()
+    try:
+        nvml.call("nvmlSystemGetCudaDriverVersion", c.byref(version))
+    except RuntimeError:
+        return "-"
+    return str(version.value) if 0 < version.value < MAX_CUDA else "-"
 
 
 def _mig_lines(nvml: _Nvml, gpu: int, handle: object) -> list[str]:

@@ -3,7 +3,9 @@
 Discovery reads a driver library's class (which lib dir it belongs to) and its DT_SONAME
 (which soname link the container needs); the native ld cache writer (ld/native.py) its
 soname, class, machine and DT_NEEDED for the cache entry's flags; the hook, `cdi-hook` and
-`ocihook check` whether the host's ldconfig is a static executable (open_static_executable).
+`ocihook check` whether the host's ldconfig is a static executable (open_static_executable);
+the CUDA compat probe (plan/cuda.py) a note section of an image's compat libcuda
+(note_section).
 The file may come from a driver volume or from the container's image: hostile input. Every
 read is bounded, every offset checked; what cannot be told is a reason (a string), never an
 exception.
@@ -22,6 +24,10 @@ MAX_PHNUM = 512
 MAX_DYNAMIC = 1 << 16
 MAX_NAME = 4096
 MAX_NEEDED = 256
+MAX_SHNUM = 4096
+MAX_SHSTRTAB = 1 << 16
+MAX_NOTE = 4096
+SHT_NOTE = 7
 ELFCLASS32, ELFCLASS64 = 1, 2
 ET_DYN = 3
 PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
@@ -31,6 +37,14 @@ _HEAD = 64
 _ELF = {  # class -> (ehdr: phoff, phentsize, phnum), phdr, dyn
     ELFCLASS32: (struct.Struct("<28xI10xHH"), struct.Struct("<IIIIIIII"), struct.Struct("<iI")),
     ELFCLASS64: (struct.Struct("<32xQ14xHH"), struct.Struct("<IIQQQQQQ"), struct.Struct("<qQ")),
+}
+
+
+# class -> (e_shoff, e_shentsize, e_shnum, e_shstrndx) in the ELF header; a section header
+# (sh_name, sh_type, sh_offset, sh_size, sh_addralign)
+_SECTIONS = {
+    ELFCLASS32: (struct.Struct("<32xI10xHHH"), struct.Struct("<II8xII8xI4x")),
+    ELFCLASS64: (struct.Struct("<40xQ10xHHH"), struct.Struct("<II16xQQ8xQ8x")),
 }
 
 
@@ -143,6 +157,42 @@ def read_fd(fd: int, needed_for: tuple[int, ...] = ()) -> Library | str:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "not a regular file"
         return read_library(fd, needed_for)
+    except OSError as error:
+        return describe(error)
+    except (OverflowError, ValueError):  # an offset past what pread takes
+        return "an offset outside the file"
+
+
+def note_section(fd: int, name: bytes) -> tuple[bytes, int] | None | str:
+    """(contents, alignment) of the SHT_NOTE section `name` of the little-endian ELF file
+    open as `fd`; None when it has no such section; or why its section headers cannot be
+    read. Bounded: at most MAX_SHNUM headers, MAX_NOTE bytes of the note."""
+    try:
+        head = os.pread(fd, _HEAD, 0)
+        if len(head) < _HEAD or head[:4] != b"\x7fELF" or head[4] not in _SECTIONS or head[5] != 1:
+            return "not a little-endian ELF file"
+        ehdr, shdr = _SECTIONS[head[4]]
+        shoff, shentsize, shnum, shstrndx = ehdr.unpack_from(head)
+        if shoff == 0 or shnum == 0:
+            return None
+        if shentsize != shdr.size or shnum > MAX_SHNUM or shstrndx >= shnum:
+            return "malformed section headers"
+        table = os.pread(fd, shentsize * shnum, shoff)
+        if len(table) < shentsize * shnum:
+            return "truncated section headers"
+        headers = [shdr.unpack_from(table, i * shentsize) for i in range(shnum)]
+        _, _, str_offset, str_size, _ = headers[shstrndx]
+        names = os.pread(fd, min(str_size, MAX_SHSTRTAB), str_offset)
+        for sh_name, sh_type, offset, size, align in headers:
+            if sh_type != SHT_NOTE or names[sh_name : sh_name + len(name) + 1] != name + b"\0":
+                continue
+            if size > MAX_NOTE:
+                return f"section {name.decode('ascii', 'replace')}: larger than {MAX_NOTE} bytes"
+            data = os.pread(fd, size, offset)
+            if len(data) < size:
+                return f"section {name.decode('ascii', 'replace')}: truncated"
+            return data, max(align, 1)
+        return None
     except OSError as error:
         return describe(error)
     except (OverflowError, ValueError):  # an offset past what pread takes

@@ -1,44 +1,49 @@
-"""CUDA images on an NVIDIA host: forward compatibility and the NVIDIA_REQUIRE_* check.
+"""CUDA images on an NVIDIA host: forward compatibility, and the driver -> CUDA table.
 
-Forward compatibility (NVIDIA's rule, nvidia-container-toolkit's enable-cuda-compat hook):
-the image's `<compat_dir>/libcuda.so.*.*` (exactly one regular file) names a driver
-version; when its major (the driver branch) is greater than the host driver's, the
-container's ld cache lists the compat dir first, else the host's libraries win. The image
-is hostile input: the dir is resolved inside its root by fd, listed with a bound, the
-library opened without following links or blocking (a FIFO, a device node) and only its
-ELF headers read (bounded; elf.py); nothing of it is mounted, loaded or run.
+Forward compatibility (NVIDIA's rule, nvidia-container-toolkit's current enable-cuda-compat
+hook): the image's `<compat_dir>/libcuda.so.*.*` (exactly one regular file) names a driver
+version. Where the library carries NVIDIA's `.note.cuda.fwd_compatibility` note (an ELF note
+of "NVIDIA Corporation" whose JSON lists the driver branches the package serves, `driver`,
+and its CUDA version), the compat dir comes first in the container's ld cache when the host
+driver's branch is listed there and the library's version is newer than the host driver's
+(575.57.08 on 575.51.03: yes; on 470: no). Where it carries none (or an unreadable one), the
+driver branches (majors) are compared, as that hook does then and libnvidia-container's
+legacy filter always does. The plan says which rule decided (`rule`: note or branch).
 
-The requirement check (libnvidia-container's and the toolkit's grammar,
-internal/requirements): every `NVIDIA_REQUIRE_*` of the container's environment but
-`NVIDIA_REQUIRE_JETPACK` (and `cuda>=M.m` from a legacy image's `CUDA_VERSION`) must hold;
-within one, space-separated terms are ORed and comma-separated constraints ANDed; a
-constraint is `PROPERTY OP VALUE` with OP one of != <= >= = < >, properties cuda, driver,
-arch and brand (others are skipped). The host's CUDA version comes from the driver
-version by NVIDIA's table (CUDA_BY_DRIVER); with the image's compat libraries in use, from
-theirs. `NVIDIA_DISABLE_REQUIRE` (Go's true spellings) skips it. The environment is read
-for this check only.
+The image is hostile input: the dir is resolved inside its root by fd, listed with a bound,
+the library opened without following links or blocking (a FIFO, a device node) and only its
+ELF headers and that note read (bounded; elf.py); nothing of it is mounted, loaded or run.
+
+The host's CUDA version comes from the driver version by NVIDIA's table (CUDA_BY_DRIVER);
+the requirement check (NVIDIA_REQUIRE_*) is plan/require.py's.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import struct
 
-from ocihook.errors import OcihookError, describe
+from ocihook.errors import describe
 from ocihook.ld import elf
 from ocihook.linux import securepath
 
 COMPAT_MODES = ("ldconfig", "hook", "disabled")  # NVIDIA's cuda-compat-mode, as supported
 MAX_DIR_ENTRIES = 4096
 MAX_LIBRARY_BYTES = 1 << 30
-MAX_REQUIREMENT = 4096  # characters of one NVIDIA_REQUIRE_* value
-MAX_REQUIREMENTS = 32  # NVIDIA_REQUIRE_* variables
+NOTE_SECTION = b".note.cuda.fwd_compatibility"
+NOTE_OWNER = b"NVIDIA Corporation"
+RULE_NOTE = "note"  # the library's note decided (the branches it lists, then the versions)
+RULE_BRANCH = "branch"  # no (readable) note: the driver branches (majors) compared
+_NHDR = struct.Struct("<III")  # Elf_Nhdr: namesz, descsz, type
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
 
 # The oldest Linux driver of each CUDA release (NVIDIA's CUDA Toolkit release notes, "CUDA
-# Toolkit and Corresponding Driver Versions"): a driver reports the CUDA version of the
-# newest release whose minimum it meets. Newest first.
+# Toolkit and Corresponding Driver Versions"; 590.44.01's CUDA 13.1 as its own compat
+# library's note states it): a driver reports the CUDA version of the newest release whose
+# minimum it meets. Newest first.
 CUDA_BY_DRIVER = (
+    ((590, 44, 1), "13.1"),
     ((580, 65, 6), "13.0"),
     ((575, 51, 3), "12.9"),
     ((570, 26), "12.8"),
@@ -67,9 +72,6 @@ CUDA_BY_DRIVER = (
     ((384, 81), "9.0"),
     ((375, 26), "8.0"),
 )
-_OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
-_VERSION_PROPERTIES = ("cuda", "driver", "arch")
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -105,6 +107,8 @@ def _result(mode: str, directory: str, host: str | None, reason: str, **found) -
         "library": None,
         "version": None,
         "host_version": host,
+        "rule": None,
+        "note": None,
         "reason": reason,
     }
     result.update(found)
@@ -116,7 +120,8 @@ def probe_compat(
 ) -> dict:
     """The forward compatibility decision for the image whose root is `root_fd` (its
     compat dir `directory`, library `base`, libcuda.so): a dict (mode, dir, use, library,
-    version, host_version, reason) for the plan (plan.decide's pending one, decided)."""
+    version, host_version, rule, note, reason) for the plan (plan.decide's pending one,
+    decided)."""
 
     def decided(reason: str, **found) -> dict:
         return _result(mode, directory, host_version, reason, **found)
@@ -134,24 +139,98 @@ def probe_compat(
         os.close(dir_fd)
     if isinstance(found, str):
         return decided(found)
-    name, version = found
+    name, version, note = found
     numbers = parse_version(version)
     if numbers is None:
         return decided(f"{name}: no driver version in its name")
-    if numbers[0] <= host[0]:
-        return decided(
-            f"{name} not newer than driver {host_version}", library=name, version=version
-        )
+    use, reason = decide_compat(name, numbers, host, host_version or "", note)
+    rule = RULE_NOTE if isinstance(note, dict) else RULE_BRANCH
     return decided(
-        f"{name} newer than driver {host_version}",
-        use=True,
+        reason,
+        use=use,
         library=name,
         version=version,
+        rule=rule,
+        note=note if isinstance(note, dict) else None,
     )
 
 
-def _compat_library(root_fd: int, dir_fd: int, directory: str, base: str) -> tuple[str, str] | str:
-    """(file name, version) of the one compat library in the dir, or why there is none."""
+def decide_compat(
+    name: str,
+    version: tuple[int, ...],
+    host: tuple[int, ...],
+    host_version: str,
+    note: dict | str | None,
+) -> tuple[bool, str]:
+    """(use the compat library, why): NVIDIA's rule (the module's docstring) for the library
+    `name` of `version` on the host driver `host` (`host_version` as written), `note` its
+    fwd_compatibility note (parse_note's: a dict, None for none, a reason when unreadable)."""
+    newer = version > host
+    if isinstance(note, dict):
+        branches = note["drivers"]
+        listed = ", ".join(map(str, branches)) or "none"
+        if host[0] not in branches:
+            return False, (
+                f"{name}: its note lists driver branches {listed}, not the host's "
+                f"{host[0]} (driver {host_version})"
+            )
+        if not newer:
+            return False, f"{name} not newer than driver {host_version} (its note lists {host[0]})"
+        return True, f"{name} newer than driver {host_version}, whose branch its note lists"
+    why = "no forward compatibility note" if note is None else f"its note: {note}"
+    if version[0] > host[0]:
+        return True, f"{name} of a newer branch than driver {host_version} ({why})"
+    return False, f"{name} not of a newer branch than driver {host_version} ({why})"
+
+
+def parse_note(data: bytes, align: int) -> dict | str | None:
+    """NVIDIA's fwd_compatibility note as {"cuda": "12.9" | None, "drivers": [535, ...]};
+    None when it is no note of NVIDIA's (empty, another owner: the hook's fallback then
+    applies, as for no note); a reason when its JSON cannot be read (the same fallback).
+    The JSON's keys are matched without case (Go's encoding/json: `CUDA version`)."""
+    if len(data) < _NHDR.size:
+        return "truncated"
+    namesz, descsz, _type = _NHDR.unpack_from(data)
+    if namesz == 0 or descsz == 0:
+        return None
+    step = max(align, 1)
+    name_end = _NHDR.size + -(-namesz // step) * step
+    if data[_NHDR.size : _NHDR.size + namesz].strip(b"\0") != NOTE_OWNER:
+        return None
+    desc = data[name_end : name_end + descsz].strip(b"\0")
+    from ocihook import fastjson
+
+    try:
+        parsed = fastjson.loads(desc)
+    except (ValueError, UnicodeDecodeError):
+        return "invalid JSON"
+    if not isinstance(parsed, dict):
+        return "not a JSON object"
+    fields = {str(key).lower(): value for key, value in parsed.items()}
+    for key in ("driver", "device"):
+        if fields.get(key) is not None and not _int_list(fields[key]):
+            return f"its {key} list is no list of whole numbers"
+    if fields.get("format") is not None and not _is_int(fields["format"]):
+        return "its format is no whole number"
+    cuda = fields.get("cuda version")
+    if cuda is not None and not isinstance(cuda, str):
+        return "its CUDA version is no string"
+    return {"cuda": cuda, "drivers": list(fields.get("driver") or [])[:64]}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: object) -> bool:
+    return isinstance(value, list) and all(_is_int(v) for v in value)
+
+
+def _compat_library(
+    root_fd: int, dir_fd: int, directory: str, base: str
+) -> tuple[str, str, dict | str | None] | str:
+    """(file name, version, its note: parse_note's) of the one compat library in the dir,
+    or why there is none."""
     prefix = base + "."
     candidates = []
     try:
@@ -180,10 +259,10 @@ def _compat_library(root_fd: int, dir_fd: int, directory: str, base: str) -> tup
             return f"{directory}: {what}: not a regular file"
         return f"{directory}: {len(regular)} compat libraries ({what}): NVIDIA's rule takes one"
     name = regular[0]
-    problem = _elf_problem(root_fd, dir_fd, directory, name, f"{base}.1")
-    if problem:
-        return f"{directory}/{name}: {problem}"
-    return name, name[len(prefix) :]
+    checked = _check_library(root_fd, dir_fd, directory, name, f"{base}.1")
+    if isinstance(checked, str):
+        return f"{directory}/{name}: {checked}"
+    return name, name[len(prefix) :], checked[0]
 
 
 def open_regular(dir_fd: int, name: str) -> int | str:
@@ -207,14 +286,16 @@ def open_regular(dir_fd: int, name: str) -> int | str:
         os.close(path_fd)
 
 
-def _elf_problem(root_fd: int, dir_fd: int, directory: str, name: str, soname: str):
-    """Why `name` (in the dir) is no 64-bit ELF shared library with DT_SONAME `soname`
-    whose soname link the dir has; None when it is one. Read by fd, headers only."""
+def _check_library(root_fd: int, dir_fd: int, directory: str, name: str, soname: str):
+    """(its note: parse_note's,) when `name` (in the dir) is a 64-bit ELF shared library
+    with DT_SONAME `soname` whose soname link the dir has; else why it is not one. Read by
+    fd, headers and the note only."""
     fd = open_regular(dir_fd, name)
     if isinstance(fd, str):
         return fd
     try:
         found = elf.read_fd(fd)
+        section = elf.note_section(fd, NOTE_SECTION) if not isinstance(found, str) else None
     finally:
         os.close(fd)
     if isinstance(found, str):
@@ -232,103 +313,6 @@ def _elf_problem(root_fd: int, dir_fd: int, directory: str, name: str, soname: s
             return f"{soname}: not a regular file"
     finally:
         os.close(link)
-    return None
-
-
-# The requirement check
-
-
-def requirements(env: dict[str, str]) -> list[tuple[str, str]]:
-    """(variable, expression) of each requirement in the container's environment, by
-    name; none with NVIDIA_DISABLE_REQUIRE true. Bounded: OcihookError past the limits."""
-    if env.get("NVIDIA_DISABLE_REQUIRE", "") in _TRUE:
-        return []
-    found = sorted(
-        (name, value)
-        for name, value in env.items()
-        if name.startswith("NVIDIA_REQUIRE_") and not name.startswith("NVIDIA_REQUIRE_JETPACK")
-    )
-    legacy = env.get("CUDA_VERSION", "")
-    if legacy and not env.get("NVIDIA_REQUIRE_CUDA"):
-        version = parse_version(legacy)
-        if version is None:
-            raise OcihookError(f"CUDA_VERSION {legacy!r:.40}: not a version")
-        found.append(("CUDA_VERSION", f"cuda>={version[0]}.{version[1]}"))
-    if len(found) > MAX_REQUIREMENTS:
-        raise OcihookError(f"more than {MAX_REQUIREMENTS} NVIDIA_REQUIRE_* variables")
-    for name, value in found:
-        if len(value) > MAX_REQUIREMENT:
-            raise OcihookError(f"{name}: longer than {MAX_REQUIREMENT} characters")
-    return found
-
-
-def _holds(constraint: str, properties: dict[str, str | None], where: str) -> bool | None:
-    """Whether one `PROPERTY OP VALUE` holds; None: a property this check does not know
-    (skipped, as NVIDIA's does). An unknown host value never satisfies."""
-    end = min((constraint.find(c) for c in "<>=!" if c in constraint), default=-1)
-    if end < 0:
-        raise OcihookError(f"{where}: invalid constraint {constraint!r:.60}")
-    name, rest = constraint[:end], constraint[end:]
-    if name not in properties:
-        return None
-    operator = next((o for o in _OPERATORS if rest.startswith(o)), None)
-    if operator is None:
-        raise OcihookError(f"{where}: invalid operator in {constraint!r:.60}")
-    value, have = rest[len(operator) :], properties[name]
-    if name in _VERSION_PROPERTIES:
-        wanted = parse_version(value)
-        if wanted is None:
-            raise OcihookError(f"{where}: {constraint!r:.60}: {value!r:.30} is no version")
-        if have is None:
-            return False
-        left, right = parse_version(have), wanted
-    else:
-        if have is None:
-            return False
-        left, right = have, value
-    return {
-        "!=": left != right,
-        "<=": left <= right,
-        ">=": left >= right,
-        "=": left == right,
-        "<": left < right,
-        ">": left > right,
-    }[operator]
-
-
-def satisfied(expression: str, properties: dict[str, str | None], where: str) -> bool:
-    """One requirement: terms split at spaces ORed, constraints split at commas ANDed;
-    an empty one (or one of unknown properties only) holds."""
-    terms = []
-    for term in expression.split(" "):
-        results = [_holds(c, properties, where) for c in term.split(",") if c.strip()]
-        known = [r for r in results if r is not None]
-        if known:
-            terms.append(all(known))
-    return not terms or any(terms)
-
-
-def check(env: dict[str, str], plan_compat: dict | None, driver: str | None, brand: str | None):
-    """Refuse (OcihookError, one line naming both versions) a container whose
-    requirements the host does not meet; returns a line for the log when the host's
-    CUDA version cannot be told (then nothing is checked), else None."""
-    found = requirements(env)
-    if not found:
-        return None
-    source = f"the host driver {driver}"
-    if plan_compat and plan_compat.get("use"):
-        source = f"the image's compat libraries {plan_compat['version']} (host driver {driver})"
-        cuda = cuda_for_driver(plan_compat["version"])
-    else:
-        cuda = cuda_for_driver(driver)
-    if cuda is None:
-        return f"NVIDIA_REQUIRE_*: not checked: the CUDA version of {source} is unknown"
-    properties = {"cuda": cuda, "driver": driver, "arch": None, "brand": brand}
-    for name, expression in found:
-        if not satisfied(expression, properties, name):
-            raise OcihookError(
-                f"the image requires {expression.strip()[:200]} ({name}), {source} supports "
-                f"CUDA {cuda}: update the driver, use an image of an older CUDA, or set "
-                "NVIDIA_DISABLE_REQUIRE=true"
-            )
-    return None
+    if isinstance(section, tuple):
+        return (parse_note(*section),)
+    return (section,)  # None: no note; a reason: its section headers could not be read

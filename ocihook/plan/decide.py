@@ -38,6 +38,8 @@ TARGET_KINDS = (CONTAINER, CLI, STATIC, PRECREATE)
 # fixed label (the config's `selinux.label`). A CDI spec carries it to its cdi-hook commands.
 NO_LABEL = "none"
 MOUNT_LABEL = "mount-label"
+# A CDI spec's CUDA compat decision: carried to its update-ldcache hook, taken per image there.
+PER_IMAGE = "per image, at container start (cdi-hook update-ldcache)"
 
 _MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _MULTIARCH32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
@@ -170,6 +172,8 @@ def _cuda_compat(config: dict, target: Target, plan: Plan, ld_writer: str | None
         "library": None,
         "version": None,
         "host_version": plan.driver_version,
+        "rule": None,
+        "note": None,
         "reason": "",
     }
     prefix = settings["library"] + "."
@@ -179,7 +183,9 @@ def _cuda_compat(config: dict, target: Target, plan: Plan, ld_writer: str | None
         return {**pending, "reason": f"no {prefix}* injected"}, None
     if ld_writer is None:
         return {**pending, "reason": "the ld cache is not written"}, None
-    if not target.image or target.kind == STATIC:
+    if target.kind == STATIC:  # a CDI spec: its update-ldcache hook probes each image
+        return {**pending, "reason": PER_IMAGE}, None
+    if not target.image:
         return {**pending, "reason": "no image at hand to probe"}, None
     return pending, (settings["compat_dir"], settings["library"], mode)
 
@@ -242,11 +248,34 @@ def chosen_label(choice: str, mount_label: str | None) -> str | None:
     return choice
 
 
-def carried_decision(label: str, ld_writer: str | None, target: Target) -> Decision:
+def carried_decision(
+    label: str,
+    ld_writer: str | None,
+    target: Target,
+    compat: tuple[str, str, str, str | None] | None = None,
+) -> Decision:
     """The decision a CDI spec carries to its `cdi-hook` commands (what `cdi generate`
-    decided from its config: the label choice, the ld cache writer or None), for the
+    decided from its config: the label choice, the ld cache writer or None, and the CUDA
+    compat probe: (compat dir, library, mode, host driver version) or None), for the
     container at hand (`target`, a STATIC one with its mount label): no config is read. The
     links and the ld cache only: the runtime made the nodes and the device cgroup rules."""
+    probe: tuple[str, ...] = ("glibc",) if ld_writer is not None and target.image else ()
+    pending = compat_probe = None
+    if compat is not None and probe:
+        directory, library, mode, host = compat
+        pending = {
+            "mode": mode,
+            "dir": directory,
+            "use": False,
+            "library": None,
+            "version": None,
+            "host_version": host,
+            "rule": None,
+            "note": None,
+            "reason": "",
+        }
+        compat_probe = (directory, library, mode)
+        probe += ("cuda_compat",)
     return Decision(
         None,
         None,
@@ -254,7 +283,9 @@ def carried_decision(label: str, ld_writer: str | None, target: Target) -> Decis
         chosen_label(label, target.mount_label),
         ld_writer,
         False,
-        ("glibc",) if ld_writer is not None and target.image else (),
+        probe,
+        pending,
+        compat_probe,
     )
 
 

@@ -62,8 +62,9 @@ class DeviceNode(Struct):
         "index",
         "access",
         "strategy",
+        "gid",
     )
-    _defaults = {"strategy": "mknod"}
+    _defaults = {"strategy": "mknod", "gid": 0}
     path: str  # path inside the container
     host_path: str  # the node on the host
     type: str  # "c" or "b"
@@ -73,9 +74,23 @@ class DeviceNode(Struct):
     index: int | None  # None for shared control nodes
     access: str  # device cgroup access, e.g. "rw"
     strategy: str  # NODE_STRATEGIES: mknod, or bind (user namespaces)
+    gid: int  # the host node's group (the container's node gets it: additional_gids)
 
     def rule(self) -> DeviceRule:
         return DeviceRule(self.type, self.major, self.minor, self.access)
+
+
+def additional_gids(nodes: list) -> list[int]:
+    """The groups a container's processes need to open `nodes` (DeviceNode, or their
+    executor view's dicts) as a non-root user, as NVIDIA's toolkit 1.19 gives them (CDI
+    `additionalGids`): each node's group, but root's and where the node is readable and
+    writable by everyone; sorted, each once."""
+    gids = set()
+    for node in nodes:
+        gid, mode = (node["gid"], node["mode"]) if isinstance(node, dict) else (node.gid, node.mode)
+        if gid and mode & 0o006 != 0o006:
+            gids.add(gid)
+    return sorted(gids)
 
 
 class MigDevice(Struct):
@@ -165,7 +180,8 @@ class Plan(Struct):
     file_label: str | None  # the SELinux label of what the hook creates; None: labels untouched
     mig_devices: list  # every MigDevice of the host, when read (plan, cdi generate)
     # CUDA forward compatibility (cuda.py): {mode, dir, use, library, version, host_version,
-    # reason}; use: the ld cache lists dir first. None: the profile has no `cuda`.
+    # rule, note, reason}; use: the ld cache lists dir first; rule: note or branch (which of
+    # NVIDIA's rules decided). None: the profile has no `cuda`.
     cuda_compat: dict | None
 
     def with_lib_dir(self, lib_dir: str, lib_dir32: str | None = None) -> Plan:

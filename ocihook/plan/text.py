@@ -37,6 +37,17 @@ def _field(name: str, value: str) -> str:
     return f"{name + ':':<14}{value}"
 
 
+def _field_lines(name: str, value: str) -> list[str]:
+    """The field, its value continued on lines of its own (at ", ") past WIDTH columns."""
+    lines, line = [], _field(name, "")
+    for word in value.split(" "):
+        if len(line) + 1 + len(word) > WIDTH and line.strip() and not line.endswith(": "):
+            lines.append(line.rstrip())
+            line = " " * 14
+        line += word if line.endswith(" ") else " " + word
+    return lines + [line.rstrip()]
+
+
 def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
     capabilities = ", ".join(plan.capabilities) or "-"
     others = [c for c in all_capabilities or () if c not in plan.capabilities]
@@ -44,7 +55,7 @@ def _header(plan: Plan, all_capabilities: list[str] | None) -> list[str]:
         capabilities += f" (also: {', '.join(others)})"
     lines = [
         _field("profile", plan.profile),
-        _field("capabilities", capabilities),
+        *_field_lines("capabilities", capabilities),
         _field("source root", plan.source_root),
         _field("device root", plan.device_root),
         _field("request", plan.request),

@@ -20,6 +20,7 @@ from ocihook.errors import OcihookError
 DEFAULTS = {
     "imex_node": "/dev/nvidia-caps-imex-channels/channel{minor}",
     "imex_major": "nvidia-caps-imex-channels",
+    "imex_cdi_kind": "nvidia.com/imex-channel",  # `cdi generate`'s kind for them (NVIDIA's)
 }
 MAX_REQUEST_LENGTH = 1024
 MAX_CHANNEL = (1 << 20) - 1  # a minor number

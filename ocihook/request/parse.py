@@ -25,8 +25,16 @@ class DeviceRequest(Struct):
     `names` are PCI addresses, node names, GPU and MIG UUIDs and MIG index pairs (each in
     its canonical form: name_kind), resolved against the host's devices later."""
 
-    __slots__ = ("indices", "origin", "names", "capabilities", "imex", "imex_origin")
-    _defaults = {"names": (), "capabilities": None, "imex": (), "imex_origin": "no request"}
+    __slots__ = (
+        "indices", "origin", "names", "capabilities", "imex", "imex_origin", "switched"
+    )  # fmt: skip
+    _defaults = {
+        "names": (),
+        "capabilities": None,
+        "imex": (),
+        "imex_origin": "no request",
+        "switched": (),
+    }
 
     indices: tuple[int, ...] | None
     origin: str
@@ -34,6 +42,9 @@ class DeviceRequest(Struct):
     capabilities: list[str] | None  # None: the profile's default capabilities
     imex: tuple[int, ...] | None  # NVIDIA IMEX channels (imex.py): None for all, () none
     imex_origin: str  # where the IMEX channels came from, for messages
+    # capabilities only an image's switch asked for (NVIDIA_GDS=enabled: switched_capabilities):
+    # given where the host has their nodes, left out where it has none (as NVIDIA's runtime)
+    switched: tuple[str, ...]
 
     @property
     def empty(self) -> bool:
@@ -238,6 +249,13 @@ def requested_capabilities(
     if env_key and env_key in env:
         return parse_capabilities(env[env_key], f"image env {env_key}", available, by_name)
     return None
+
+
+def switched_capabilities(env: dict[str, str], switches: dict[str, str]) -> list[str]:
+    """The capabilities whose switch variable (`switches`: variable -> capability, from the
+    profile's `switch` keys) the image's env sets to `enabled` (NVIDIA_GDS=enabled), in the
+    profile's order; exactly that word, as NVIDIA's runtime reads it."""
+    return [name for variable, name in switches.items() if env.get(variable) == "enabled"]
 
 
 class Selection(Struct):

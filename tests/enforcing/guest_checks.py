@@ -1067,6 +1067,108 @@ def demo(runtime: str):
     return ok, f"rc={result.returncode}, {'DEMO OK' if ok else result.stdout.strip()[-300:]}"
 
 
+# The CDI path of NVIDIA's stock images (docs/vendors/nvidia.md): a host of driver 535.104.05
+# whose libcuda is a gcc-built stand-in, two IMEX channels (real char devices of the guest),
+# images with a cuda-compat libcuda whose fwd_compatibility note lists the host's branch, or
+# does not. Built once per guest, for every runtime.
+NVIDIA_CDI = Path("/srv/ocihook-nvidia-cdi")
+NVIDIA_CDI_KIND = "ocihook.io/enforcing-cuda"
+IMEX_KIND = "nvidia.com/imex-channel"
+NVIDIA_CDI_BUILT: dict = {}
+NVIDIA_CDI_SPECS = Path("/etc/cdi")
+NVIDIA_CDI_CONFIG = Path("/etc/ocihook/cdi-nvidia.yaml")
+NVIDIA_CDI_SETTINGS: dict = {}  # more config keys (a dry run outside the guest: profile_dirs)
+
+
+def _nvidia_cdi_setup() -> dict:
+    """The NVIDIA stand-in host, its config and specs (the GPUs' under a kind of this check's,
+    the IMEX channels' under NVIDIA's), and the two images, built once."""
+    if NVIDIA_CDI_BUILT:
+        return NVIDIA_CDI_BUILT
+    from tests.support import cuda_images
+
+    shutil.rmtree(NVIDIA_CDI, ignore_errors=True)
+    work = NVIDIA_CDI / "work"
+    work.mkdir(parents=True)
+    root = cuda_images.host_tree(NVIDIA_CDI / "root", work)
+    channels = host_devices.pick_same_major(2, "stand-ins for IMEX channels")
+    imex_dir = root / "dev/nvidia-caps-imex-channels"
+    imex_dir.mkdir(parents=True)
+    for device in channels:
+        node = imex_dir / f"channel{device.minor}"
+        os.mknod(node, 0o20666, os.makedev(device.major, device.minor))
+        node.chmod(0o666)
+    (root / "proc").mkdir(exist_ok=True)
+    (root / "proc/devices").write_text(
+        f"Character devices:\n195 nvidia-frontend\n{channels[0].major:3d} "
+        "nvidia-caps-imex-channels\n\nBlock devices:\n"
+    )
+    relabel = sh(["ocihook", "selinux", "relabel", str(root)])
+    config = NVIDIA_CDI_CONFIG
+    settings = {"profile": "nvidia", "source_root": str(root), "device_root": str(root)}
+    config.write_text(json.dumps({**settings, **NVIDIA_CDI_SETTINGS}) + "\n")
+    specs = {}
+    for kind in (NVIDIA_CDI_KIND, IMEX_KIND):
+        path = NVIDIA_CDI_SPECS / (kind.replace("/", "_") + ".json")
+        path.parent.mkdir(exist_ok=True)
+        made = sh(
+            ["ocihook", "cdi", "generate", "--config", str(config), "--kind", kind]
+            + ["--output", str(path)]
+        )
+        specs[kind] = (path, made.returncode, made.stderr.strip()[-300:])
+    allowed = cuda_images.fwd_note([535, 550, 560, 565, 570, 575])
+    excluded = cuda_images.fwd_note([550, 560, 565, 570, 575])
+    built_images = {}
+    for name, note in (("allowed", allowed), ("excluded", excluded)):
+        tree = cuda_images.cuda_image_tree(NVIDIA_CDI / f"image-{name}", work, "575.57.08", note)
+        built_images[name] = images.import_image(tree, f"ocihook-enforcing-cuda-{name}")
+    NVIDIA_CDI_BUILT.update(
+        root=root,
+        relabel=relabel.returncode,
+        specs=specs,
+        channels=[f"{d.minor}" for d in channels],
+        images=built_images,
+    )
+    return NVIDIA_CDI_BUILT
+
+
+def cdi_nvidia_compat_imex(runtime: str):
+    """The CDI path of NVIDIA's stock images, confined: `--device KIND=0` of a spec from
+    `ocihook cdi generate` on the nvidia profile, whose update-ldcache hook takes the image's
+    CUDA compat libcuda first where its note lists the host's branch (535) and the host's
+    where it does not, and `--device nvidia.com/imex-channel=N` (NVIDIA's name) whose node
+    the container opens read-write. Zero AVC: the compat probe reads the image by fd as
+    container_t's runtime lets it, the hooks run as the runtime's, the channel's node is
+    the container's own."""
+    built = _nvidia_cdi_setup()
+    failed = [f"{k}: rc={rc} {err}" for k, (_, rc, err) in built["specs"].items() if rc != 0]
+    if failed or built["relabel"] != 0:
+        return False, f"setup: relabel rc={built['relabel']}; {'; '.join(failed)}"
+    channel = built["channels"][0]
+    node = f"/dev/nvidia-caps-imex-channels/channel{channel}"
+    script = (
+        f"/usr/bin/loaded-driver; (exec 3<>{node}) 2>&1 && echo OPEN ok; "
+        "cat /proc/self/attr/current; echo"
+    )
+    seen = {}
+    for name, expected in (("allowed", "compat 575.57.08"), ("excluded", "host 535.104.05")):
+        args = ["podman", "--runtime", runtime, "run", "--rm", *RUN_FLAGS]
+        args += ["--device", f"{NVIDIA_CDI_KIND}=0", "--device", f"{IMEX_KIND}={channel}"]
+        result = sh([*args, built["images"][name], "/bin/sh", "-c", script], 180)
+        save_evidence(f"-{name}.out", result.stdout + result.stderr)
+        lines = result.stdout.splitlines()
+        seen[name] = (
+            result.returncode == 0
+            and f"STANDIN {expected}" in lines
+            and "OPEN ok" in lines
+            and any(context_type(line.rstrip("\0")) == "container_t" for line in lines),
+            f"rc={result.returncode} "
+            + " ".join(line for line in lines if line.startswith(("STANDIN", "OPEN"))),
+        )
+    ok = all(good for good, _ in seen.values())
+    return ok, "; ".join(f"{name}: {detail}" for name, (_, detail) in seen.items())
+
+
 CHECKS = (
     Check("guest-enforcing", guest_enforcing),
     Check("install", install, policies=("refpolicy",)),
@@ -1088,6 +1190,7 @@ CHECKS = (
     Check("cdi-hook-decision", cdi_hook_decision, per_runtime=True),
     Check("durable-devices", durable_devices, per_runtime=True),
     Check("device-plugin-allocation", device_plugin_allocation, per_runtime=True),
+    Check("cdi-nvidia-compat-imex", cdi_nvidia_compat_imex, per_runtime=True),
     Check("host-root-driver", host_root_driver),
     Check("broken-source-check-error", broken_error),
     Check("broken-source-check-warn", broken_warn, denials_expected=True),

@@ -5,10 +5,12 @@ hosts.ubuntu's fake driver install plus the nodes and the kernel's tables they b
 
 - `dev/nvidia-caps-imex-channels/channel<N>` (major of `nvidia-caps-imex-channels`, minor N),
 - `dev/gdrdrv` (major `gdrdrv`), `dev/nvidia-fs<N>` (major `nvidia-fs`),
+- `dev/nvidia-nvswitch<N>` and `dev/nvidia-nvswitchctl` (major `nvidia-nvswitch`, minor 255),
 - `dev/infiniband/uverbs<N>`, `umad<N>`, `issm<N>` (majors `infiniband_verbs`,
   `infiniband_mad`) and `dev/infiniband/rdma_cm` (misc, `rdma_cm` in proc/misc),
 
-with `proc/devices` and `proc/misc` of the fake device root naming them. `build` takes the
+with `proc/devices` and `proc/misc` of the fake device root naming them, and udev's database
+under `run/udev` (what GPUDirect Storage's cuFile reads). `build` takes the
 numbers: fixed fake ones for plan goldens (FAKE), or real char devices of the running
 kernel (tests/support/host_devices.py's rule) for containers that open them (`standins`):
 a node the device cgroup allows opens, one it does not gets EPERM.
@@ -38,6 +40,8 @@ FAKE_NODES = {
     "/dev/infiniband/umad0": (231, 0),
     "/dev/infiniband/issm0": (231, 64),
     "/dev/infiniband/rdma_cm": (10, 58),
+    "/dev/nvidia-nvswitch0": (505, 0),
+    "/dev/nvidia-nvswitchctl": (505, 255),
 }
 FAKE_MAJORS = {
     "nvidia-caps-imex-channels": 509,
@@ -45,6 +49,7 @@ FAKE_MAJORS = {
     "nvidia-fs": 506,
     "infiniband_verbs": 231,
     "infiniband_mad": 231,
+    "nvidia-nvswitch": 505,
 }
 FAKE_MISC = {"rdma_cm": 58}
 CUFILE = "libcufile.so.1.9.1"
@@ -87,10 +92,13 @@ def build(
         (lib / "libcufile.so.0").symlink_to(CUFILE)
         (root / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
     (root / "proc/misc").write_text("".join(f"{m:3d} {n}\n" for n, m in misc.items()))
+    udev = root / "run/udev/data"
+    udev.mkdir(parents=True, exist_ok=True)
+    (udev / "c195:0").write_text("E:ID_PATH=pci-0000:3b:00.0\n")
     return DirectHost(root, nodes)
 
 
-def standins(root: Path) -> DirectHost:
+def standins(root: Path, cufile: bool = False) -> DirectHost:
     """The host with real char devices standing in for its nodes: two IMEX channels (one
     major, the channel numbers are their minors), gdrdrv, nvidia-fs0, uverbs0 and rdma_cm
     (a misc device: its minor named rdma_cm in proc/misc)."""
@@ -118,6 +126,7 @@ def standins(root: Path) -> DirectHost:
             "infiniband_verbs": two.major,
         },
         {"rdma_cm": one.minor},
+        cufile,
     )
     host.devices = devices
     return host

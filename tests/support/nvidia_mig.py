@@ -38,6 +38,7 @@ REPO = HERE.parent.parent
 BUILD = REPO / "build" / "nvml-standin"
 LIBRARY_DIR = "usr/lib/x86_64-linux-gnu"
 MODES = {"answer": 0, "hang": 1, "fail": 2, "probe": 3}
+CUDA = 12040  # what the stand-in's nvmlSystemGetCudaDriverVersion answers (hosts.VERSION: 12.4)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Gpu:
     minor: int
     uuid: str
     mig: tuple[Mig, ...] | None  # None: no MIG support (NVML: Not Supported)
+    brand: int = 14  # nvmlBrandType_t: NVML_BRAND_NVIDIA, an H100/H200's; -1: Not Supported
+    arch: tuple[int, int] = (9, 0)  # compute capability (Hopper); (-1, 0): Not Supported
 
 
 # NVML's MIG device index order is NVML's own: here index 0 is GI 5 and index 1 is GI 3, so
@@ -109,18 +112,21 @@ def cap_files(layout: tuple[Gpu, ...] = LAYOUT) -> list[str]:
     return files + list(CAP_MODES)
 
 
-def _header(layout: tuple[Gpu, ...], mode: str, probe: Path | None) -> str:
+def _header(layout: tuple[Gpu, ...], mode: str, probe: Path | None, cuda: int = CUDA) -> str:
     gpus, migs = [], []
     for gpu in layout:
         enabled = -1 if gpu.mig is None else 1
         first = len(migs)
         for mig in gpu.mig or ():
             migs.append(f'{{{mig.index}, "{mig.uuid}", {mig.gi}, {mig.ci}}}')
-        gpus.append(f'{{{gpu.minor}, "{gpu.uuid}", {enabled}, {first}, {len(migs) - first}}}')
+        count = len(migs) - first
+        facts = f"{gpu.brand}, {gpu.arch[0]}, {gpu.arch[1]}"
+        gpus.append(f'{{{gpu.minor}, "{gpu.uuid}", {enabled}, {first}, {count}, {facts}}}')
     lines = [
         f"#define STANDIN_GPUS {', '.join(gpus)}",
         f"#define STANDIN_MIGS {', '.join(migs)}",
         f"#define STANDIN_MODE {MODES[mode]}",
+        f"#define STANDIN_CUDA {cuda}",
     ]
     if probe is not None:
         lines.append(f'#define STANDIN_PROBE "{probe}"')
@@ -128,11 +134,15 @@ def _header(layout: tuple[Gpu, ...], mode: str, probe: Path | None) -> str:
 
 
 def standin_library(
-    layout: tuple[Gpu, ...] = LAYOUT, mode: str = "answer", probe: Path | None = None
+    layout: tuple[Gpu, ...] = LAYOUT,
+    mode: str = "answer",
+    probe: Path | None = None,
+    cuda: int = CUDA,
 ) -> Path:
-    """The stand-in libnvidia-ml.so.1 for `layout` (compiled once per layout and mode)."""
+    """The stand-in libnvidia-ml.so.1 for `layout` (compiled once per layout, mode and CUDA
+    version)."""
     source = (HERE / "nvml_standin.c").read_bytes()
-    header = _header(layout, mode, probe)
+    header = _header(layout, mode, probe, cuda)
     out = BUILD / hashlib.sha256(source + header.encode()).hexdigest()[:16]
     library = out / "libnvidia-ml.so.1"
     if library.exists():
@@ -197,6 +207,7 @@ def build(
     nvml: str = "answer",
     probe: Path | None = None,
     proc_uuids: bool = True,
+    cuda: int = CUDA,
 ) -> MigHost:
     """The fake Ubuntu NVIDIA host of hosts.ubuntu with the driver's proc files, real cap
     nodes and the stand-in NVML (`nvml`: answer, hang, fail or probe: write the child's
@@ -204,7 +215,7 @@ def build(
     hosts.ubuntu(root)
     gpu_nodes(root, layout)
     library = root / LIBRARY_DIR / f"libnvidia-ml.so.{hosts.VERSION}"
-    shutil.copyfile(standin_library(layout, nvml, probe), library)
+    shutil.copyfile(standin_library(layout, nvml, probe, cuda), library)
     library.chmod(0o755)
     proc = root / "proc/driver/nvidia"
     for gpu in layout:

@@ -3,10 +3,12 @@
  * few NVML calls ocihook's nvml.py makes, with NVML's signatures and return codes, over a
  * layout compiled in (nvml_layout.h, written by tests/support/nvidia_mig.py):
  *
- *   #define STANDIN_GPUS  {minor, "GPU-...", mig_enabled, first_mig, mig_count}, ...
+ *   #define STANDIN_GPUS  {minor, "GPU-...", mig_enabled, first_mig, mig_count,
+ *                          brand (nvmlBrandType_t, -1: Not Supported), cc_major, cc_minor}, ...
  *   #define STANDIN_MIGS  {index, "MIG-...", gi, ci}, ...
  *   #define STANDIN_MODE  0 (answer) | 1 (hang in nvmlInit_v2) | 2 (nvmlInit_v2 fails)
  *                         | 3 (answer, and write /proc/self/status to STANDIN_PROBE first)
+ *   #define STANDIN_CUDA  the driver's CUDA version as NVML numbers it (12040), 0: Not Supported
  *
  * A MIG device handle points into the MIG table, a GPU handle into the GPU table: the
  * calls tell them apart by address, as NVML tells its handles apart.
@@ -28,7 +30,10 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 
-struct gpu { unsigned minor; const char *uuid; int mig_enabled; int first_mig; int mig_count; };
+struct gpu {
+    unsigned minor; const char *uuid; int mig_enabled; int first_mig; int mig_count;
+    int brand; int cc_major; int cc_minor;
+};
 struct mig { unsigned index; const char *uuid; unsigned gi; unsigned ci; };
 
 static const struct gpu gpus[] = { STANDIN_GPUS };
@@ -191,5 +196,32 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(const void *device, unsigned *id)
     const struct mig *m = as_mig(device);
     if (!m) return NVML_ERROR_NOT_SUPPORTED;
     *id = m->ci;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(const void *device, int *brand)
+{
+    const struct gpu *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->brand < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *brand = g->brand;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(const void *device, int *major, int *minor)
+{
+    const struct gpu *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->cc_major < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *major = g->cc_major;
+    *minor = g->cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (STANDIN_CUDA <= 0) return NVML_ERROR_NOT_SUPPORTED;
+    *version = STANDIN_CUDA;
     return NVML_SUCCESS;
 }

@@ -44,7 +44,7 @@ def write_hooks_dir(
             "timeout": 30,
         },
         "when": when,
-        "stages": ["prestart", "poststop"],
+        "stages": ["createRuntime", "poststop"],
     }
     (hooks_dir / "ocihook.json").write_text(json.dumps(document, indent=2))
     if precreate:
