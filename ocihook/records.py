@@ -5,14 +5,16 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
     <state_dir>/<id>.json     (state_dir: config key, default /run/ocihook; mode 0600)
     version      RECORD_VERSION (readers accept READABLE_VERSIONS)
     id           the container id
-    status       "running" from prestart; "exited" at poststop; "orphaned" when the hook
-                 finds the container's process gone and no poststop came
+    status       "running" from prestart; "orphaned" when an injecting start's sweep finds the
+                 container's process gone (pid and start time: liveness), the usual end
+                 since the shipped registration has no poststop stage; "exited" at poststop
+                 where an admin registered that stage (exact exit times)
     created_at   epoch seconds (float) of the prestart; `created` the same as UTC text
     pid          the container's host pid; `pid_start` its start time (clock ticks after
                  boot, /proc/<pid>/stat field 22) so a reused pid is not taken for it
     exited_at    epoch seconds of the poststop (status "exited")
-    orphaned_at  epoch seconds when the orphan was found (status "orphaned"; the container
-                 ended at some time before it)
+    orphaned_at  epoch seconds when the sweep found the process gone (status "orphaned";
+                 the container ended at some time before it)
     bundle, rootfs, profile, request, source_root, device_root, driver_version,
     capabilities, mount_label, process_label, file_label
                  the container's and the finalized plan's (file_label: what the hook's own
@@ -33,7 +35,10 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
 (tests/test_record_schema.py: the round trip).
 
 Lifetime: records stay after the container exits, so that a denial of a container that
-failed can still be tied to it. Each prestart that injects sweeps the state dir cheaply:
+failed can still be tied to it. No process runs when a container stops (the shipped
+registration has no poststop stage: one hook process per container, at its start); a reader
+tells a gone container by liveness (`is_running`), as `ocihook audit` does. Each prestart that
+injects sweeps the state dir cheaply:
 running records whose process is gone become "orphaned" (at most once a minute), and
 exited/orphaned records older than `records.max_age` seconds, or beyond the newest
 `records.max_count`, are removed, and so are temporary files of killed writers. The

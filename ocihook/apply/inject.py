@@ -212,7 +212,7 @@ class _Injection:
             if any(e.action == grant.PIN_ACTION for e in self.edits):
                 from ocihook.cgroups import pinned  # crun 1.23+ under systemd only
 
-                for unit in pinned.sweep():  # containers whose poststop stage never ran
+                for unit in pinned.sweep():  # units of containers that are gone (no poststop)
                     self._debug(f"removed the pinned device programs of {unit} (gone)")
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
