@@ -39,7 +39,7 @@ failed can still be tied to it. No process runs when a container stops (the ship
 registration has no poststop stage: one hook process per container, at its start); a reader
 tells a gone container by liveness (`is_running`), as `ocihook audit` does. Each prestart that
 injects sweeps the state dir cheaply:
-running records whose process is gone become "orphaned" (at most once a minute), and
+at most once a minute, running records whose process is gone become "orphaned", and
 exited/orphaned records older than `records.max_age` seconds, or beyond the newest
 `records.max_count`, are removed, and so are temporary files of killed writers. The
 state dir is on tmpfs (/run): a reboot empties it.
@@ -187,7 +187,7 @@ def _ld_dirs(plan) -> list[str]:
 def write_record(state_dir_fd: int, state_dir: str, container_id: str, body: dict) -> None:
     """Atomically write <id>.json (the id was validated: no '/'); OcihookError names the file
     and the cause, and no temporary file is left."""
-    data = fastjson.dumps(body, indent=1).encode()
+    data = fastjson.dumps(body, indent=None).encode()  # one line: the C encoder
     trusted.write_file(state_dir_fd, state_dir, f"{container_id}.json", data, "record")
 
 
@@ -233,12 +233,16 @@ def finish_record(state_dir: str, container_id: str) -> dict | None:
 
 
 def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> None:
-    """Mark orphans (at most once per SWEEP_INTERVAL) and prune old or surplus records.
+    """Mark orphans and prune old or surplus records, at most once per SWEEP_INTERVAL (one
+    lstat of the stamp otherwise: a state dir of a thousand records costs an injection
+    nothing more); the dir may exceed `max_count` by the starts of one interval.
 
-    Cheap: one directory listing and an lstat per record; a record is read only when it is
-    old enough or surplus enough to be pruned, or in the (throttled) orphan sweep.
+    Then one directory listing and an lstat per record; a record is read only when it is
+    old enough or surplus enough to be pruned, or to tell whether its process still runs.
     Best effort: a record that cannot be read or removed is left for the next sweep."""
     now = time.time()
+    if not _sweep_due(state_dir_fd, now):
+        return
     entries = []
     for name in os.listdir(state_dir_fd):
         if name.startswith(".") and name.endswith(".tmp"):
@@ -252,14 +256,10 @@ def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> 
             continue
         entries.append((st.st_mtime, name))
     entries.sort(reverse=True)  # newest first
-    orphan_sweep = _sweep_due(state_dir_fd, now)
     kept = 0
     for mtime, name in entries:
         surplus = kept >= max_count
         old = now - mtime > max_age
-        if not (surplus or old or orphan_sweep):
-            kept += 1
-            continue
         body = read_record(state_dir_fd, name)
         if body is None:
             continue

@@ -64,7 +64,7 @@ def test_a_0755_state_dir_of_an_older_version_is_tightened(hook_setup, image_bus
 
 
 def _sweep_due(hook_setup) -> None:
-    """The orphan sweep runs at most once a minute: make the last one a minute old."""
+    """The sweep runs at most once a minute: make the last one a minute old."""
     stamp = hook_setup.state_dir / SWEEP_STAMP
     old = time.time() - 61
     os.utime(stamp, (old, old))
@@ -113,14 +113,17 @@ def test_pruned_by_count(hook_setup, synth_root, image_busybox):
     config = base_config(hook_setup.dir, synth_root, records={"max_count": 2, "max_age": 3600})
     hook_setup.write_config(**config)
     ids = []
-    for _ in range(4):
+    for round_ in range(4):
+        if round_ == 3:
+            _sweep_due(hook_setup)  # the sweep runs at most once a minute
         result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
         assert result.returncode == 0, result.stderr
         newest = max(hook_setup.records(), key=lambda p: read(p)["created_at"])
         ids.append(newest.stem)
     left = {p.stem: read(p)["status"] for p in hook_setup.records()}
-    # the sweep at the 4th prestart kept the newest two: the others' processes were gone
-    assert left == {ids[2]: "running", ids[3]: "running"}
+    # the sweep at the 4th prestart kept the newest two and marked the one whose process
+    # was gone; the older two (gone too) were surplus
+    assert left == {ids[2]: "orphaned", ids[3]: "running"}
 
 
 def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, image_busybox):
@@ -138,6 +141,7 @@ def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, ima
         old = time.time() - 601
         for path in (live, exited):
             os.utime(path, (old, old))
+        _sweep_due(hook_setup)
         assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
         left = {p.stem: read(p)["status"] for p in hook_setup.records()}
         assert exited.stem not in left

@@ -292,6 +292,11 @@ def execute(
             )
         else:
             writer.device_node(node)
+    writer.verify_dirs()
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def mount_kinds(mount: Mount) -> tuple[str, ...]:
@@ -381,6 +386,7 @@ class ContainerWriter:
         # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
         self._dirs: dict[str, int] = {}
         self._dirs_on_root: set[int] = set()  # cached dir fds on the rootfs's own mount
+        self._to_verify: set[str] = set()  # dirs mounts were attached in (verify_dirs)
 
     def close(self) -> None:
         """Close the cached directory fds (the changes stay)."""
@@ -587,6 +593,9 @@ class ContainerWriter:
             raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
         finally:
             os.close(target)
+        if classic_flags is None:
+            self._landed(tree, path, expect)
+            return
         try:
             check = securepath.resolve(self.root_fd, path, follow_final=False)
         except OSError as error:
@@ -618,6 +627,49 @@ class ContainerWriter:
                 os.close(check)
         if expect is not None and (st.st_dev, st.st_ino) != expect:
             raise OcihookError(f"container {path}: the mount did not land where planned")
+
+    def _landed(self, tree: int, path: str, expect: tuple[int, int] | None) -> None:
+        """After a move_mount: the file at `path`, looked up in its parent directory's fd
+        (resolved in the root and cached: lookups cross mounts), is the planned source;
+        `verify_dirs` then checks once per directory that the root still resolves its
+        path to that fd's directory. The undo goes through the mount itself (the detached
+        tree's fd now names the attached mount), never through `path`."""
+        self._undo.append(
+            (
+                f"unmount {path}",
+                lambda: syscalls.umount2(securepath.fd_path(tree), syscalls.MNT_DETACH),
+            )
+        )
+        parent_fd, name = self._parent(path)
+        self._to_verify.add(securepath.split(path)[0])
+        try:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except OSError as error:
+            raise OcihookError(f"container {path}: gone after mounting: {error.strerror}") from None
+        if expect is not None and (st.st_dev, st.st_ino) != expect:
+            raise OcihookError(f"container {path}: the mount did not land where planned")
+
+    def verify_dirs(self) -> None:
+        """Each directory a mount was attached in (`_landed`) is still the one its path
+        names in the root: no component was swapped for another directory or a link."""
+        for parent in sorted(self._to_verify):
+            fd = self._dirs[parent]
+            try:
+                now = securepath.resolve(self.root_fd, parent)
+            except OSError as error:
+                raise OcihookError(
+                    f"container {parent}: gone after mounting: {error.strerror}"
+                ) from None
+            try:
+                same = _same_file(os.fstat(now), os.fstat(fd))
+            finally:
+                os.close(now)
+            if not same:
+                raise OcihookError(
+                    f"container {parent}: replaced while mounting: the mounts did not land "
+                    "where planned"
+                )
+        self._to_verify.clear()
 
     # -- links and nodes -------------------------------------------------
     def link(self, link: Link) -> None:

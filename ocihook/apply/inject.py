@@ -10,7 +10,6 @@ failure.
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 from ocihook import records as record
@@ -141,9 +140,14 @@ def inject(container: Container, config: dict, request: DeviceRequest) -> dict:
     return result
 
 
-def _raise_fd_limit() -> None:
+def _raise_fd_limit(files: int) -> None:
     """Two descriptors per injected file stay open until the end (the detached mount and
-    its undo handle): allow as many as the hard limit permits."""
+    its undo handle): allow as many as the hard limit permits where the soft limit (read
+    by sysconf, which spares importing `resource`, an extension module) may not do."""
+    if os.sysconf("SC_OPEN_MAX") >= 2 * files + 128:
+        return
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -173,7 +177,6 @@ class _Injection:
         self.log.debug(f"{self.container.id}: {line}")
 
     def run(self, request: DeviceRequest) -> dict:
-        _raise_fd_limit()
         container, config = self.container, self.config
         namespace = hook_namespace()  # rootless podman: the hook in the user's namespace
         target = Target(
@@ -188,6 +191,7 @@ class _Injection:
             with open_roots(config) as roots:
                 planned = plan_container(config, roots, request, target)
                 plan, decision = planned.plan, planned.decision
+                _raise_fd_limit(len(plan.mounts) + len(plan.devices))
                 self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")

@@ -14,8 +14,6 @@ or following links (CVE-2025-23267); the hook creates the soname links itself.
 from __future__ import annotations
 
 import os
-import resource
-import select
 import time
 
 from ocihook.errors import OcihookError, describe
@@ -33,12 +31,14 @@ if TYPE_CHECKING:
 
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
+# The sandboxed ldconfig's limits, by `resource`'s names: that module (an extension, about
+# 0.25 ms) is imported only when the sandbox runs, before the fork (the chroot has no Python).
 LIMITS = {
-    resource.RLIMIT_CPU: 10,
-    resource.RLIMIT_AS: 1 << 30,
-    resource.RLIMIT_FSIZE: 64 << 20,
-    resource.RLIMIT_NOFILE: 256,
-    resource.RLIMIT_CORE: 0,
+    "RLIMIT_CPU": 10,
+    "RLIMIT_AS": 1 << 30,
+    "RLIMIT_FSIZE": 64 << 20,
+    "RLIMIT_NOFILE": 256,
+    "RLIMIT_CORE": 0,
 }
 
 
@@ -138,6 +138,7 @@ def _child(
     gid: int,
     errw: int,
     path: str,
+    resource,
 ):
     """Runs in the forked child; never returns."""
     try:
@@ -153,7 +154,7 @@ def _child(
         os.chroot(".")
         os.chdir("/")
         for limit, value in LIMITS.items():
-            resource.setrlimit(limit, (value, value))
+            resource.setrlimit(getattr(resource, limit), (value, value))
         privileges.drop_bounding_set()
         os.setgroups([])
         os.setgid(gid)
@@ -184,6 +185,9 @@ def update_cache(
     """Run ldconfig (the host's `path`, open as `ldconfig_fd`) for `dirs` inside the rootfs
     (`root_fd`, mounted at `rootfs` in the current mount namespace); raise OcihookError on
     failure."""
+    import resource
+    import select  # noqa: F401 - for _wait, imported before the fork like resource
+
     errr, errw = os.pipe2(os.O_CLOEXEC)
     outr, outw = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -192,7 +196,7 @@ def update_cache(
         os.close(outr)
         os.dup2(outw, 1)
         os.dup2(outw, 2)
-        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw, path)
+        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw, path, resource)
     os.close(errw)
     os.close(outw)
     try:
@@ -212,6 +216,8 @@ def update_cache(
 
 
 def _wait(pid: int, outr: int) -> tuple[bytes, int]:
+    import select
+
     deadline = time.monotonic() + TIMEOUT_SECONDS
     output = b""
     while True:

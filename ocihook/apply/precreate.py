@@ -204,4 +204,4 @@ def _list(obj: dict, key: str, where: str) -> list:
 
 
 def render(spec: dict) -> bytes:
-    return fastjson.dumps(spec, indent=0).replace("\n", "").encode() + b"\n"
+    return fastjson.dumps(spec, indent=None).encode() + b"\n"

@@ -18,7 +18,8 @@ set property BPFProgram", but reads a unit's drop-ins at every reload, transient
 included); until then the copy v2.py swapped in holds the grant. A `crun update` finds its own
 pin unchanged. The pins and the drop-in go after the container's unit is gone (`sweep`, at
 the next injection that pins: no process runs when a container stops), or at once on a
-rollback or at a poststop stage where an admin registered one (`remove`). Measured with crun 1.28, systemd 262 and podman 5.8.6 (docs/cgroups.md).
+rollback or at a poststop stage where an admin registered one (`remove`).
+Measured with crun 1.28, systemd 262 and podman 5.8.6 (docs/cgroups.md).
 """
 
 from __future__ import annotations
