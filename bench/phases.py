@@ -105,12 +105,16 @@ total = time.perf_counter() - T0
 add("main: the rest", (time.perf_counter() - t) - sum(
     v for k, v in PHASES.items() if not k.startswith("imports")))
 PHASES["in the process (after the interpreter started)"] = total
+PHASES["@start"] = T0
+PHASES["@end"] = time.perf_counter()
 sys.stdout.write("\x1e".join(f"{k}={v * 1000:.4f}" for k, v in PHASES.items()) + "\n")
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(status)
 """
 TOTAL = "in the process (after the interpreter started)"
+STARTED = "interpreter start (fork, exec, init: to the first line)"
+ENDED = "exit (os._exit to the parent's wait: the kernel's teardown)"
 WALL = "the process, wall time (as the runtime runs it)"
 
 
@@ -130,13 +134,19 @@ def run_once(install: h.Install, driver: h.Driver, image: Path, work: Path) -> d
         cmd = [str(install.python), "-IS", "-c", WRAPPER, site_dirs(install), *args]
         start = time.perf_counter()
         result = subprocess.run(cmd, input=sandbox.state(), capture_output=True, timeout=60)
-        wall = time.perf_counter() - start
+        end = time.perf_counter()
+        wall = end - start
     if result.returncode != 0:
         raise RuntimeError(f"hook failed: {result.stderr.decode(errors='replace')[-400:]}")
     phases = {}
     for item in result.stdout.decode().strip().split("\x1e"):
         name, _, value = item.rpartition("=")
         phases[name] = float(value)
+    # CLOCK_MONOTONIC (perf_counter) is one clock for both processes: the interpreter's start
+    # (fork, exec, its own initialisation) up to the wrapper's first line, and its end from
+    # the wrapper's os._exit to the runtime's wait returning (the kernel's teardown).
+    phases[STARTED] = phases.pop("@start") - start * 1000
+    phases[ENDED] = end * 1000 - phases.pop("@end")
     phases[WALL] = wall * 1000
     return phases
 
@@ -170,7 +180,8 @@ def main(argv=None) -> int:
     for runs in samples.values():
         for run in runs:
             names += [n for n in run if n not in names]
-    order = [n for n in names if n not in (TOTAL, WALL)] + [TOTAL, WALL]
+    order = [n for n in names if n not in (TOTAL, STARTED, ENDED, WALL)]
+    order += [TOTAL, STARTED, ENDED, WALL]
     medians = {
         name: {n: statistics.median(r.get(n, 0.0) for r in runs) for n in order}
         for name, runs in samples.items()

@@ -387,6 +387,7 @@ class ContainerWriter:
         self._dirs: dict[str, int] = {}
         self._dirs_on_root: set[int] = set()  # cached dir fds on the rootfs's own mount
         self._to_verify: set[str] = set()  # dirs mounts were attached in (verify_dirs)
+        self._dir_mounts: dict[int, int] = {}  # cached dir fd -> its mount id
 
     def close(self) -> None:
         """Close the cached directory fds (the changes stay)."""
@@ -394,6 +395,7 @@ class ContainerWriter:
             os.close(fd)
         self._dirs.clear()
         self._dirs_on_root.clear()
+        self._dir_mounts.clear()
 
     def _as_owner(self, operation: Callable[..., None], *args: object) -> None:
         """Run `operation` creating files as the container's root: in a user namespace the
@@ -417,7 +419,14 @@ class ContainerWriter:
 
     def _may_create_in(self, dir_fd: int, path: str) -> None:
         """Refuse to create `path` in directory `dir_fd` on a file system the host shares."""
-        if dir_fd in self._dirs_on_root or securepath.mount_id(dir_fd) == self.root_mount:
+        if dir_fd in self._dirs_on_root:
+            return
+        mount = self._dir_mounts.get(dir_fd)
+        if mount is None:
+            mount = securepath.mount_id(dir_fd)
+            if dir_fd in self._dirs.values():  # a cached dir fd: its mount cannot change
+                self._dir_mounts[dir_fd] = mount
+        if mount == self.root_mount:
             return
         if os.fstat(dir_fd).st_dev in self.shared:
             raise OcihookError(

@@ -152,10 +152,14 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
 
 def mount_id(fd: int) -> int:
     """The id of the mount that `fd` is on (as in /proc/self/mountinfo)."""
-    with open(f"/proc/self/fdinfo/{fd}") as info:
-        for line in info:
-            if line.startswith("mnt_id:"):
-                return int(line.split()[1])
+    info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(info, 4096)  # a few short lines (pos, flags, mnt_id, ino, ...)
+    finally:
+        os.close(info)
+    for line in data.split(b"\n"):
+        if line.startswith(b"mnt_id:"):
+            return int(line.split()[1])
     raise OSError(errno.ENOTSUP, "no mnt_id in fdinfo")
 
 
