@@ -49,12 +49,14 @@ class SourceTree(Struct):
     """A source file ready to mount: a detached mount (new mount API), or with the classic
     API an O_PATH fd of the file itself, opened in the container's mount namespace."""
 
-    __slots__ = ("mount", "fd", "dev", "ino")
+    __slots__ = ("mount", "fd", "dev", "ino", "source_stat")
+    _defaults = {"source_stat": None}
 
     mount: Mount
     fd: int
     dev: int
     ino: int
+    source_stat: os.stat_result | None  # the fstat of the fd that was cloned (ld/known.py)
 
 
 def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.stat_result]:
@@ -82,7 +84,7 @@ def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.sta
 def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result) -> None:
     """Append the source (so that it is closed on failure), then check it is still the kind
     of file that was planned."""
-    sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
+    sources.append(SourceTree(m, fd, st.st_dev, st.st_ino, st))
     if not is_source(m.kind, st.st_mode):
         raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
 

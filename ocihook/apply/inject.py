@@ -18,6 +18,7 @@ from ocihook.cgroups import grant
 from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError, describe
 from ocihook.ld import elf
+from ocihook.ld import known as ld_known
 from ocihook.linux import mountinfo, privileges, securepath
 from ocihook.pipeline import Planned, open_roots, plan_container
 from ocihook.plan.decide import CONTAINER, Decision, Target
@@ -172,6 +173,12 @@ class _Injection:
         self.edits: list[grant.DeviceEdit] = []
         self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
         self.host_mounts: list | None = None  # mountinfo.Entry of our (the runtime's) namespace
+        self.state_fd = -1
+        # The libraries' ld cache entries: target -> source key, those of an earlier start,
+        # those read now (ld/known.py), stored again after the record when something was read.
+        self.ld_keys: dict[str, tuple] = {}
+        self.ld_known: dict[str, tuple] = {}
+        self.ld_learnt: dict[str, tuple] = {}
 
     def _debug(self, line: str) -> None:
         self.log.debug(f"{self.container.id}: {line}")
@@ -209,7 +216,7 @@ class _Injection:
                     self.ldconfig_fd = elf.open_static_executable(
                         config["ldconfig"]["path"], "ldconfig"
                     )
-                state_fd = record.open_state_dir(config["state_dir"])
+                state_fd = self.state_fd = record.open_state_dir(config["state_dir"])
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
             self._close()
@@ -233,6 +240,11 @@ class _Injection:
                 namespace.host_uid if namespace.rootless else None,
             )
             record.write_record(state_fd, config["state_dir"], container.id, body)
+            if self.ld_learnt:
+                entries = {**self.ld_known, **self.ld_learnt}
+                keys = self.ld_keys
+                stored = {keys[t]: e for t, e in entries.items() if t in keys}
+                ld_known.save(state_fd, config["state_dir"], stored)
             settings = config["records"]
             record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
             return body
@@ -310,6 +322,7 @@ class _Injection:
             try:
                 execute.execute(writer, todo, trees, self.node_sources, self.api)
                 if final.ld_writer is not None and self.ldconfig_fd is not None:
+                    self._known_libraries()
                     self.ld_cache = ldcache.update(
                         writer,
                         self.ldconfig_fd,
@@ -320,6 +333,8 @@ class _Injection:
                         uid,
                         gid,
                         self._debug,
+                        self.ld_known,
+                        self.ld_learnt,
                     )
                 self._debug(f"applied in {container.rootfs} (lib dir {final.lib_dir})")
             except BaseException:
@@ -331,6 +346,17 @@ class _Injection:
             self.final = final
         finally:
             os.close(root_fd)
+
+    def _known_libraries(self) -> None:
+        """The ld cache entries of the libraries mounted now that an earlier start read
+        (ld/known.py), by the identity of each source file that was cloned."""
+        self.ld_keys = {
+            s.mount.target: ld_known.key_of(s.source_stat)
+            for s in self.sources
+            if s.source_stat is not None and KINDS[s.mount.kind].lib_dir
+        }
+        stored = ld_known.load(self.state_fd) if self.ld_keys else {}
+        self.ld_known = {t: stored[k] for t, k in self.ld_keys.items() if k in stored}
 
     def _check_cuda_requirements(self, plan: Plan, roots: Roots) -> None:
         """The image's NVIDIA_REQUIRE_* against the host's driver and the selected GPUs, as

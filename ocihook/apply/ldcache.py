@@ -52,20 +52,24 @@ def update(
     uid: int = 0,
     gid: int = 0,
     debug: Callable[[str], None] | None = None,
+    known: dict | None = None,
+    learnt: dict | None = None,
 ) -> str:
     """Bring the container's ld cache up to date for the finalized `plan`'s libraries in its
     `ld_dirs`, the plan's way (`plan.ld_writer`); returns which way ran: "native" or
     "ldconfig" (the native writer falls back to the sandboxed ldconfig, the host's
     `ldconfig_path` open as `ldconfig_fd`, when it cannot be exact).
 
-    `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why."""
+    `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why;
+    `known`, `learnt`: the libraries' entries of an earlier start, and those read now
+    (ld/native.library_entries, ld/known.py)."""
     ld_dirs = plan.ld_dirs
     why = "ldconfig.writer is ldconfig"
     libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
     compat = plan.cuda_compat
     first = compat["dir"] if compat and compat["use"] else None  # the image's CUDA compat dir
     if plan.ld_writer == "native":
-        why = _native(writer, root_fd, ld_dirs, libraries, first)
+        why = _native(writer, root_fd, ld_dirs, libraries, first, known, learnt)
         if why is None:
             if debug:
                 dirs = ([first] if first else []) + ld_dirs
@@ -88,6 +92,8 @@ def _native(
     ld_dirs: list[str],
     libraries: list[str],
     first: str | None = None,
+    known: dict | None = None,
+    learnt: dict | None = None,
 ) -> str | None:
     """Write the merged cache; None when done, else why the sandboxed ldconfig must run.
     A container /etc on a file system the host shares is an error (OcihookError), not a
@@ -98,7 +104,7 @@ def _native(
         return f"/etc: {describe(error)}"
     try:
         writer.may_create_in(etc_fd, native.CACHE)
-        data = native.build(root_fd, etc_fd, ld_dirs, libraries, first)
+        data = native.build(root_fd, etc_fd, ld_dirs, libraries, first, known, learnt)
         if isinstance(data, str):
             return data
         writer.replace_file(etc_fd, native.CACHE, data)

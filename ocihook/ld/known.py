@@ -1,0 +1,73 @@
+"""What the native ld cache writer read of the driver's libraries, kept between starts.
+
+Every container start that injects a driver writes the container's ld.so.cache from the
+image's cache plus one entry per injected library (ld/native.py), which needs each library's
+DT_SONAME and ELF class and machine: about 20 us of reads per library in the container (a
+millisecond for a driver of fifty). Those are facts of the host's files, the same at every
+start, so the hook keeps the entries it read in the state dir (`NAME`, root's, 0600, through
+linux.trusted like the records), keyed by the identity of the source file that was mounted:
+its device, inode, size, mtime and ctime, from the fstat of the very fd that was cloned and
+attached (a file changed in any way, replaced or rewritten, has another key and is read
+again). Only entries that were read whole and accepted are kept, and only those of the last
+start (bounded by the driver's size). A missing, unreadable or malformed store is read as
+empty: the writer then reads every library, as without it. The image's own cache and files
+are never kept: they are read by fd at every start.
+"""
+
+from __future__ import annotations
+
+import marshal
+
+from ocihook.errors import OcihookError
+from ocihook.linux import trusted
+
+NAME = ".ld-known"  # in the state dir: a dot file, never taken for a record
+MAX_BYTES = 1 << 20
+VERSION = 1
+
+# (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) -> (DT_SONAME, ld.so.cache flags)
+Key = tuple
+Entry = tuple
+
+
+def key_of(st) -> Key:
+    """The identity of a source file, from its fstat."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def load(state_fd: int) -> dict[Key, Entry]:
+    """The stored entries ({} when there is no usable store)."""
+    data = trusted.read_file(state_fd, NAME, MAX_BYTES + 1)
+    if not data or len(data) > MAX_BYTES:
+        return {}
+    try:
+        version, entries = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
+        return {}
+    if version != VERSION or not isinstance(entries, dict):
+        return {}
+    good = {}
+    for key, entry in entries.items():
+        if (
+            isinstance(key, tuple)
+            and len(key) == 5
+            and all(type(k) is int for k in key)
+            and isinstance(entry, tuple)
+            and len(entry) == 2
+            and isinstance(entry[0], bytes)
+            and type(entry[1]) is int
+        ):
+            good[key] = entry
+    return good
+
+
+def save(state_fd: int, state_dir: str, entries: dict[Key, Entry]) -> None:
+    """Replace the store with `entries` (best effort: a full disk costs the next start the
+    reads, nothing else)."""
+    data = marshal.dumps((VERSION, entries))
+    if len(data) > MAX_BYTES:
+        return
+    try:
+        trusted.write_file(state_fd, state_dir, NAME, data, "ld cache entries")
+    except OcihookError:
+        pass
