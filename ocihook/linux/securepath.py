@@ -223,6 +223,11 @@ def mkdirs(
 
 def split(path: str) -> tuple[str, str]:
     """("/parent", "name") of an absolute in-root path; the name is never empty."""
+    if path[:1] == "/" and "//" not in path and "/." not in path and path[-1] != "/":
+        # Already canonical (the plan's paths, at every file a start makes): no component
+        # is empty, ".", ".." or hidden, so the last "/" splits it as the loop below would.
+        at = path.rfind("/")
+        return path[:at] or "/", path[at + 1 :]
     parts = _components(path)
     if not parts or parts[-1] == "..":
         raise OSError(errno.EINVAL, "not a file path", path)
