@@ -95,17 +95,56 @@ def _check_node(node: DeviceNode, st: os.stat_result) -> None:
 
 
 def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
-    """Detached read-only mounts of every planned file (host side, before setns)."""
+    """Detached read-only mounts of every planned file (host side, before setns). Each
+    planned source is a canonical in-root path (discovery resolved it): its directory is
+    resolved inside the source root once, and the file cloned from that directory's fd
+    without following a link there (a link swapped in since is refused by the type check,
+    never followed)."""
     trees: list[SourceTree] = []
+    dirs: dict[str, int] = {}
     try:
         for m in plan.mounts:
             attrs = new_api_attrs(m.flags)
-            tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
+            what = f"source {m.host_path}"
+            tree, st = _clone_in_dir(dirs, source_fd, m.source, attrs, what)
             _add_source(trees, m, tree, st)
     except BaseException:
         close_trees(trees)
         raise
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
     return trees
+
+
+def _clone_in_dir(
+    dirs: dict[str, int], root_fd: int, inner: str, attrs: int, what: str
+) -> tuple[int, os.stat_result]:
+    """`_clone` of `inner` through its directory's fd (resolved in the root once: `dirs`)."""
+    try:
+        parent, name = securepath.split(inner)
+        dir_fd = dirs.get(parent)
+        if dir_fd is None:
+            dir_fd = dirs[parent] = securepath.resolve(
+                root_fd, parent, flags=os.O_PATH | os.O_DIRECTORY
+            )
+    except OSError as error:
+        raise OcihookError(f"{what}: {error.strerror}") from None
+    try:
+        tree = syscalls.open_tree(
+            dir_fd,
+            name,
+            syscalls.AT_SYMLINK_NOFOLLOW | syscalls.OPEN_TREE_CLONE | syscalls.OPEN_TREE_CLOEXEC,
+        )
+    except OSError as error:
+        raise OcihookError(f"{what}: cannot clone for a bind mount: {error.strerror}") from None
+    try:
+        st = os.fstat(tree)
+        syscalls.mount_setattr(tree, attrs)
+    except OSError as error:
+        os.close(tree)
+        raise OcihookError(f"{what}: cannot set the mount's flags: {error.strerror}") from None
+    return tree, st
 
 
 def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
