@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/phases.py                       # this checkout, 20 rounds
     .venv/bin/python bench/phases.py --baseline /tmp/base  # and another, interleaved (A B A B)
+    .venv/bin/python bench/phases.py --stage precreate     # the precreate stage's process
 
 Each run is the hook as the runtime runs it (`python3 -IS`, state JSON on stdin, a fresh fake
 container of bench/harness.py with the full synthetic driver), except that `main` is called
@@ -11,6 +12,12 @@ from a small wrapper that first puts `time.perf_counter` around the hook's own f
 The interpreter's start and exit are what the process's wall time has beyond the phases.
 Phases that nest are reported apart (a phase's figure never includes another's). Medians of
 interleaved rounds; a table on stdout, JSON with --out. Needs what bench/run.py needs.
+
+`--stage precreate` times the precreate stage's process instead (`ocihook-hook --stage
+precreate`, podman's hooks.d extension): an OCI config asking for the full driver on stdin,
+its root.path the bench image's tree (the stage only reads it, by fd), the edited config on
+stdout (discarded). Its other half, the prestart stage on that route, and the runtime's own
+mounts are in `make bench`'s start rows (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -99,6 +106,16 @@ timed(records, "write_record", "drop capabilities, record, sweep")
 timed(records, "sweep", "drop capabilities, record, sweep")
 timed(records.Log, "__init__", "log")
 timed(records.Log, "_emit", "log")
+if sys.argv[2:4] == ["--stage", "precreate"]:
+    import ocihook.apply.precreate as pre
+
+    timed(pre, "read_spec", "precreate: the config on stdin, parsed")
+    timed(pre, "spec_container", "request: config.json, the request")
+    timed(pipeline, "plan_container", "discovery and decision (plan)")
+    timed(execute, "open_sources", "sources: opened in the source root")
+    timed(pre, "config_edit", "precreate: the edit (mounts, linux.devices)")
+    timed(pre, "apply_edit", "precreate: the edit (mounts, linux.devices)")
+    timed(pre, "render", "precreate: the config written (C encoder)")
 t = time.perf_counter()
 status = hook.main(sys.argv[2:])
 total = time.perf_counter() - T0
@@ -126,16 +143,28 @@ def site_dirs(install: h.Install) -> str:
     raise RuntimeError(f"{install.hook}: no SITE_DIRS line")
 
 
-def run_once(install: h.Install, driver: h.Driver, image: Path, work: Path) -> dict:
-    with h.Sandbox(image, {h.ANNOTATION: "all"}, work=work) as sandbox:
-        args = driver.hook_args()
-        if install.cache_tag:
-            args[args.index("--cache-dir") + 1] += f"-{install.cache_tag}"
-        cmd = [str(install.python), "-IS", "-c", WRAPPER, site_dirs(install), *args]
+def run_once(
+    install: h.Install, driver: h.Driver, image: Path, work: Path, stage: str = "prestart"
+) -> dict:
+    args = driver.hook_args()
+    if install.cache_tag:
+        args[args.index("--cache-dir") + 1] += f"-{install.cache_tag}"
+    cmd = [str(install.python), "-IS", "-c", WRAPPER, site_dirs(install)]
+    if stage == "precreate":
+        spec = h.bundle_config(image, {h.ANNOTATION: "all"}, None)
+        cmd += ["--stage", "precreate", *args]
         start = time.perf_counter()
-        result = subprocess.run(cmd, input=sandbox.state(), capture_output=True, timeout=60)
+        result = subprocess.run(cmd, input=json.dumps(spec).encode(), capture_output=True)
         end = time.perf_counter()
-        wall = end - start
+        result.stdout = result.stdout.split(b"\n", 1)[1]  # the edited config's one line first
+    else:
+        with h.Sandbox(image, {h.ANNOTATION: "all"}, work=work) as sandbox:
+            start = time.perf_counter()
+            result = subprocess.run(
+                [*cmd, *args], input=sandbox.state(), capture_output=True, timeout=60
+            )
+            end = time.perf_counter()
+    wall = end - start
     if result.returncode != 0:
         raise RuntimeError(f"hook failed: {result.stderr.decode(errors='replace')[-400:]}")
     phases = {}
@@ -156,6 +185,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="another ocihook checkout, interleaved")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--stage", choices=("prestart", "precreate"), default="prestart")
     args = parser.parse_args(argv)
     installs = {"this": h.Install()}
     if args.baseline is not None:
@@ -167,14 +197,14 @@ def main(argv=None) -> int:
     samples: dict[str, list[dict]] = {name: [] for name in installs}
     with h.ScratchFs() as scratch:
         for install in installs.values():
-            run_once(install, driver, image, scratch)  # warm-up, fills the config cache
+            run_once(install, driver, image, scratch, args.stage)  # warm-up: the config cache
         floor_samples = []
         bundle = h.static_bundle()
         state = h.state_json("phases-none", os.getpid(), bundle)
         for _ in range(args.rounds):
             floor_samples.append(h.timed(installs["this"].floor_cmd(), state) * 1000)
             for name, install in installs.items():
-                samples[name].append(run_once(install, driver, image, scratch))
+                samples[name].append(run_once(install, driver, image, scratch, args.stage))
         floor["interpreter floor: python3 -I -c pass"] = statistics.median(floor_samples)
     names: list[str] = []
     for runs in samples.values():
