@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import time
 
 import pytest
 
@@ -40,19 +41,36 @@ def test_store_round_trips_and_a_bad_one_is_empty(tmp_path):
         os.close(fd)
 
 
+def test_a_file_changed_within_the_clock_tick_is_not_kept(tmp_path):
+    """As the config cache: a file whose ctime is within RACY_SECONDS of the coarse clock
+    taken before the reads may still change without its key changing: not kept."""
+    path = tmp_path / "lib"
+    path.write_bytes(b"x")
+    key = known.key_of(os.stat(path))
+    assert not known.settled(key, known.clock())
+    assert known.settled(key, known.clock() + int(known.RACY_SECONDS * 1e9) + 10_000_000)
+
+
+def _settle(path) -> None:
+    """Wait until `path` changed longer ago than the store's racy window."""
+    while not known.settled(known.key_of(os.stat(path)), known.clock()):
+        time.sleep(0.05)
+
+
 @pytest.mark.root
 @pytest.mark.podman
 def test_a_second_start_uses_the_first_starts_entries_until_the_file_changes(
     hook_setup, image_rhel, synth_root
 ):
     command = ["/usr/bin/synth-smi"]
+    library = synth_root / synthetic.MULTIARCH / LIBSYNTH
+    _settle(library)
     first = hook_setup.run(image_rhel, command, devices="0")
     assert first.returncode == 0, first.stderr
     assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in first.stdout
     fd = os.open(hook_setup.state_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         stored = known.load(fd)
-        library = synth_root / synthetic.MULTIARCH / LIBSYNTH
         key = known.key_of(os.stat(library))
         assert stored[key][0] == b"libsynth.so.1"  # DT_SONAME, read at the first start
         assert len(stored) == len(synthetic.LIBRARIES)  # the driver's library files only
@@ -64,6 +82,7 @@ def test_a_second_start_uses_the_first_starts_entries_until_the_file_changes(
         assert "DT_SONAME libpoison.so.1 names nothing in /usr/lib64" in second.stderr
         # The library changed on the host (its ctime moves): another identity, read again.
         os.utime(library)
+        _settle(library)
         third = hook_setup.run(image_rhel, command, devices="0")
         assert third.returncode == 0, third.stderr
         assert "libsynth 1.2.3 loaded from /usr/lib64/libsynth.so.1" in third.stdout

@@ -179,6 +179,7 @@ class _Injection:
         self.ld_keys: dict[str, tuple] = {}
         self.ld_known: dict[str, tuple] = {}
         self.ld_learnt: dict[str, tuple] = {}
+        self.ld_clock = 0  # ld_known.clock() before the reads
 
     def _debug(self, line: str) -> None:
         self.log.debug(f"{self.container.id}: {line}")
@@ -242,8 +243,12 @@ class _Injection:
             record.write_record(state_fd, config["state_dir"], container.id, body)
             if self.ld_learnt:
                 entries = {**self.ld_known, **self.ld_learnt}
-                keys = self.ld_keys
-                stored = {keys[t]: e for t, e in entries.items() if t in keys}
+                keys, before = self.ld_keys, self.ld_clock
+                stored = {
+                    keys[t]: e
+                    for t, e in entries.items()
+                    if t in keys and ld_known.settled(keys[t], before)
+                }
                 ld_known.save(state_fd, config["state_dir"], stored)
             settings = config["records"]
             record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
@@ -355,6 +360,7 @@ class _Injection:
             for s in self.sources
             if s.source_stat is not None and KINDS[s.mount.kind].lib_dir
         }
+        self.ld_clock = ld_known.clock()
         stored = ld_known.load(self.state_fd) if self.ld_keys else {}
         self.ld_known = {t: stored[k] for t, k in self.ld_keys.items() if k in stored}
 
