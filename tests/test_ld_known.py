@@ -25,18 +25,22 @@ def test_store_round_trips_and_a_bad_one_is_empty(tmp_path):
     try:
         assert known.load(fd) == {}  # none yet
         st = os.stat(tmp_path)
-        entries = {known.key_of(st): (b"libx.so.1", 0x303)}
+        key = known.key_of(st)
+        entries = {key: (b"libx.so.1", 0x303)}
         known.save(fd, str(state), entries)
         assert known.load(fd) == entries
+        assert known.entry(known.load(fd), key) == (b"libx.so.1", 0x303)
         assert oct((state / known.NAME).stat().st_mode & 0o777) == "0o600"
         for bad in (
             b"not marshal",
             marshal.dumps((known.VERSION + 1, entries)),  # another version
-            marshal.dumps((known.VERSION, {("a",): (b"x", 1)})),  # a malformed key
-            marshal.dumps((known.VERSION, {known.key_of(st): ("str", 1)})),  # not bytes
+            marshal.dumps((known.VERSION, [key])),  # not a dict
         ):
             (state / known.NAME).write_bytes(bad)
             assert known.load(fd) == {}
+        for entry in (("str", 1), (b"x",), (b"x", "1"), [b"x", 1], None):  # not an entry
+            (state / known.NAME).write_bytes(marshal.dumps((known.VERSION, {key: entry})))
+            assert known.entry(known.load(fd), key) is None
     finally:
         os.close(fd)
 

@@ -362,7 +362,8 @@ class _Injection:
         }
         self.ld_clock = ld_known.clock()
         stored = ld_known.load(self.state_fd) if self.ld_keys else {}
-        self.ld_known = {t: stored[k] for t, k in self.ld_keys.items() if k in stored}
+        found = {t: ld_known.entry(stored, k) for t, k in self.ld_keys.items()} if stored else {}
+        self.ld_known = {t: e for t, e in found.items() if e is not None}
 
     def _check_cuda_requirements(self, plan: Plan, roots: Roots) -> None:
         """The image's NVIDIA_REQUIRE_* against the host's driver and the selected GPUs, as

@@ -50,8 +50,9 @@ def settled(key: Key, before: int) -> bool:
     return key[4] <= before - RACY_SECONDS * 1e9
 
 
-def load(state_fd: int) -> dict[Key, Entry]:
-    """The stored entries ({} when there is no usable store)."""
+def load(state_fd: int) -> dict:
+    """The stored entries as read ({} when there is no usable store); look them up with
+    `entry`, which checks the shape of what it returns."""
     data = trusted.read_file(state_fd, NAME, MAX_BYTES + 1)
     if not data or len(data) > MAX_BYTES:
         return {}
@@ -61,19 +62,21 @@ def load(state_fd: int) -> dict[Key, Entry]:
         return {}
     if version != VERSION or not isinstance(entries, dict):
         return {}
-    good = {}
-    for key, entry in entries.items():
-        if (
-            isinstance(key, tuple)
-            and len(key) == 5
-            and all(type(k) is int for k in key)
-            and isinstance(entry, tuple)
-            and len(entry) == 2
-            and isinstance(entry[0], bytes)
-            and type(entry[1]) is int
-        ):
-            good[key] = entry
-    return good
+    return entries
+
+
+def entry(stored: dict, key: Key) -> Entry | None:
+    """The stored entry of `key` (a key_of tuple), or None when there is none or it is not
+    a (DT_SONAME, flags) pair."""
+    found = stored.get(key)
+    if (
+        isinstance(found, tuple)
+        and len(found) == 2
+        and isinstance(found[0], bytes)
+        and type(found[1]) is int
+    ):
+        return found
+    return None
 
 
 def save(state_fd: int, state_dir: str, entries: dict[Key, Entry]) -> None:
