@@ -121,6 +121,8 @@ def _clone_in_dir(
     dirs: dict[str, int], root_fd: int, inner: str, attrs: int, what: str
 ) -> tuple[int, os.stat_result]:
     """`_clone` of `inner` through its directory's fd (resolved in the root once: `dirs`)."""
+    if not inner.strip("/"):  # the root itself has no directory to clone it from
+        return _clone(root_fd, inner, attrs, what)
     try:
         parent, name = securepath.split(inner)
         dir_fd = dirs.get(parent)

@@ -72,7 +72,18 @@ def drop_bounding_set(keep: tuple[int, ...] = ()) -> None:
             except OSError as error:
                 if error.errno == errno.EINVAL:
                     return
-                raise
+                if error.errno != errno.EPERM:
+                    raise
+                # Without CAP_SETPCAP (the kernel checks it first): an error only for a
+                # capability still in the set; past the kernel's last one, done.
+                try:
+                    still_in_set = _prctl(PR_CAPBSET_READ, cap)
+                except OSError as read_error:
+                    if read_error.errno == errno.EINVAL:
+                        return
+                    raise
+                if still_in_set:
+                    raise
         cap += 1
 
 
