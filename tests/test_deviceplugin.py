@@ -165,6 +165,30 @@ def test_the_hook_starts_its_work_only_for_an_allocation():
     assert hook._may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
 
 
+def test_kubernetes_mode_takes_capabilities_and_imex_channels_only_from_the_allocation(
+    tmp_path,
+):
+    """A pod author who got one device cannot add GPUDirect's nodes (a capability naming
+    them) or IMEX channels by annotations of the pod: in Kubernetes mode they are read from
+    the container's own CRI annotations only, as the devices are."""
+    from ocihook.request.state import Container
+
+    settings = synthetic.config(tmp_path, kubernetes={"device_plugin": True})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    loaded, _files = compile_config(str(path))
+    request = loaded["request"]
+    pod = {request["capabilities_annotation"]: "all", request["imex_annotation"]: "all"}
+    annotations = {**pod, **crio({"ocihook.io/devices": "1"})}
+    container = Container.__new__(Container)
+    container.annotations, container.env = annotations, {}
+    asked = hook.container_request(container, loaded)
+    assert asked.indices == (1,) and asked.capabilities is None and not asked.imex
+    container.annotations = {**pod, **crio({"ocihook.io/devices": "1", **pod})}
+    allocated = hook.container_request(container, loaded)
+    assert allocated.capabilities is not None
+
+
 def test_kubernetes_mode_and_env_requests_do_not_mix(tmp_path):
     path = tmp_path / "config.yaml"
     settings = synthetic.config(tmp_path, request={"env": True}, kubernetes={"device_plugin": True})
