@@ -319,6 +319,7 @@ def mig_profile(gi_slices: int, ci_slices: int, memory_mib: int, total_bytes: in
     fewer slices than its GPU instance; GB is the device's share of the GPU's memory,
     rounded up to eighths, times the GPU's memory in whole GB (rounded up)."""
     import math
+
     share = math.ceil(memory_mib * (1 << 20) / total_bytes * 8) / 8
     total_gb = (total_bytes + (1 << 30) - 1) >> 30
     gb = int(share * total_gb + 0.5)
