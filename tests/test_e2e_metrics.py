@@ -14,12 +14,15 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from tests.conftest import base_config
 from tests.support import podman, synthetic
 from tests.support.metrics import Exporter, value
 from tests.test_e2e_sonames import LIBDIR, REAL
 
 SMI = ["/usr/bin/synth-smi"]
+pytestmark = pytest.mark.devstack("prometheus_client")  # RHEL 9's Python stack has none
 
 
 def soname_mismatch_driver(tmp_path):

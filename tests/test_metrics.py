@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, generate_latest
 
 from ocihook import records
 from ocihook.errors import OcihookError
 from ocihook.metrics.collector import METRICS, NodeCollector
 from tests.support import synthetic
 from tests.support.cli import invoke
-from tests.support.metrics import Exporter, samples, value
+from tests.support.metrics import Exporter, samples, text_of, value
 from tests.test_audit_report import CID, OTHER, record
+
+pytestmark = pytest.mark.devstack("prometheus_client")  # RHEL 9's Python stack has none
 
 DATA = Path(__file__).parent / "data" / "avc"
 CONFIG = {"profile": {"name": "synthetic"}, "records": {"max_count": 1000, "max_age": 3600}}
@@ -30,13 +31,11 @@ CONFIG = {"profile": {"name": "synthetic"}, "records": {"max_count": 1000, "max_
 
 def collector(state: Path, audit_log: Path | None = None) -> tuple[NodeCollector, object]:
     node = NodeCollector(CONFIG, "/", str(state), str(audit_log) if audit_log else None, None)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(node)
-    return node, registry
+    return node, node
 
 
-def scrape(registry) -> dict:
-    return samples(generate_latest(registry).decode())
+def scrape(node) -> dict:
+    return samples(text_of(node))
 
 
 def injection(cid: str, route: str, duration: float, status: str = "running") -> dict:

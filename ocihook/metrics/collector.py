@@ -12,12 +12,6 @@ from __future__ import annotations
 import sys
 import threading
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
-
 from ocihook import __version__
 from ocihook.metrics import devices as device_view
 from ocihook.metrics.denials import Denials
@@ -113,6 +107,12 @@ class NodeCollector:
             yield from self._families(states)
 
     def _families(self, states: list) -> Iterator:
+        from prometheus_client.core import (  # the server's: only a scrape needs it
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
         stats = self.hookstats
         info = GaugeMetricFamily(
             "ocihook_exporter_info", "ocihook's version and profile", labels=["version", "profile"]

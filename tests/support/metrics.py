@@ -1,6 +1,7 @@
 """The exporter as the tests see it: `ocihook exporter` in a process of its own on a free
 loopback port, scraped with a real HTTP client (urllib) and read back with the Prometheus
-client library's own parser of the text format."""
+client library's own parser of the text format. The client library is the development
+stack's (the `devstack` mark: RHEL 9's Python stack has none), imported where it is used."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -33,11 +32,23 @@ def scrape(url: str, timeout: float = 30) -> str:
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
     """(sample name, its labels) -> value, through the client library's parser (which
     raises on text that is not the exposition format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     found = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return found
+
+
+def text_of(collector: object) -> str:
+    """One scrape of `collector` in this process, in the text format (the library's own
+    registry and generate_latest, as its HTTP server answers)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
 
 
 def value(found: dict, name: str, **labels: str) -> float | None:
