@@ -138,7 +138,8 @@ def _check_resource(name: str) -> None:
     type=click.IntRange(0, 65535),
     default=DEFAULT_METRICS_PORT,
     show_default=True,
-    help="Serve the node's Prometheus metrics on this port (/metrics; 0: not at all).",
+    help="Serve the node's Prometheus metrics on this port (/metrics; 0: not at all). A "
+    "port that cannot be had is said in one line, and the plugin goes on without them.",
 )
 @metrics_options
 def device_plugin(
@@ -200,16 +201,20 @@ def device_plugin(
     if metrics_port:
 
         def metrics(state) -> None:  # once the plugin has its inventory and health
+            from ocihook.deviceplugin.server import log
             from ocihook.metrics.devices import plugin_snapshot
 
-            start_metrics(
-                config,
-                host_root,
-                metrics_address,
-                metrics_port,
-                audit_log,
-                plugin_snapshot(state),
-                state.allocation_counts,
-            )
+            try:
+                start_metrics(
+                    config,
+                    host_root,
+                    metrics_address,
+                    metrics_port,
+                    audit_log,
+                    plugin_snapshot(state),
+                    state.allocation_counts,
+                )
+            except OcihookError as error:  # the kubelet's devices matter more: go on
+                log(f"{error}; serving no metrics")
 
     raise SystemExit(run(config, kubelet_dir, interval, host_root, metrics))
