@@ -332,6 +332,7 @@ def test_the_daemonset_runs_the_installer_and_the_plugin(kube, tmp_path, pods):
         pods.append("from-daemonset")
         cluster.wait_phase("from-daemonset", ("Succeeded",))
         assert len(devices_of(cluster.logs("from-daemonset"))) == 1
+        assert f"metrics on http://0.0.0.0:{port}/metrics" in logs, logs
         got = samples(scrape(f"http://127.0.0.1:{port}/metrics"))
         for device in ("0", "1", "2"):
             assert value(got, "ocihook_device_healthy", device=device) == 1

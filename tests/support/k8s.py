@@ -181,6 +181,9 @@ PLUGIN_LIBS = (
     "/lib/x86_64-linux-gnu/libgcc_s.so.1",
     "/lib/x86_64-linux-gnu/librt.so.1",
     "/lib/x86_64-linux-gnu/libpthread.so.0",
+    # Python's ssl module, which prometheus_client's HTTP server imports
+    "/lib/x86_64-linux-gnu/libssl.so.3",
+    "/lib/x86_64-linux-gnu/libcrypto.so.3",
 )
 
 
