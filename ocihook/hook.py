@@ -115,13 +115,24 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
         )
     if not _may_ask(state, config):
         return 0
-    container = load_container(state)
-    request = container_request(container, config)
+    import time  # built in: what a failed or injected start took goes into its record
+
+    started = time.monotonic()
+    step = "bundle"
+    try:
+        container = load_container(state)
+        step = "request"
+        request = container_request(container, config)
+    except Exception as error:  # the start fails: say so in <state_dir>/failed (records.py)
+        from ocihook.records import PRESTART, write_failure
+
+        write_failure(config, state["id"], PRESTART, step, False, started, error)
+        raise
     if request.empty:
         return 0
     from ocihook.apply.inject import inject
 
-    inject(container, config, request)
+    inject(container, config, request, started)  # records its failures itself
     return 0
 
 
