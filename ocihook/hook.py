@@ -115,13 +115,24 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
         )
     if not _may_ask(state, config):
         return 0
-    container = load_container(state)
-    request = container_request(container, config)
+    import time  # built in: what a failed or injected start took goes into its record
+
+    started = time.monotonic()
+    step = "bundle"
+    try:
+        container = load_container(state)
+        step = "request"
+        request = container_request(container, config)
+    except Exception as error:  # the start fails: say so in <state_dir>/failed (records.py)
+        from ocihook.records import PRESTART, write_failure
+
+        write_failure(config, state["id"], PRESTART, step, False, started, error)
+        raise
     if request.empty:
         return 0
     from ocihook.apply.inject import inject
 
-    inject(container, config, request)
+    inject(container, config, request, started)  # records its failures itself
     return 0
 
 
@@ -146,10 +157,15 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
     settings = config["request"]
     prefix = config["profile"]["env_prefix"]
     env_key = f"{prefix}_VISIBLE_DEVICES" if settings["env"] and prefix else None
-    if config["kubernetes"]["device_plugin"]:  # only what the device plugin allocated
-        from ocihook.request.parse import allocated_devices
+    # What the container asks with: its annotations (a pod author's to set), or in
+    # Kubernetes mode only its own CRI annotations, which kubelet fills from the device
+    # plugin's answer: the devices, and the capabilities and IMEX channels beside them.
+    asked = container.annotations
+    if config["kubernetes"]["device_plugin"]:
+        from ocihook.request.parse import allocated_devices, container_annotations
 
         request = allocated_devices(container.annotations, settings["annotation"])
+        asked = container_annotations(container.annotations)
     else:
         from ocihook.request.parse import requested_devices
 
@@ -158,7 +174,7 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
         )
     if request.empty:
         return request
-    _imex_request(request, container, config)
+    _imex_request(request, asked, container.env, config)
     if settings["allow"]:
         from ocihook.request.parse import check_allowed
 
@@ -169,14 +185,14 @@ def container_request(container: Container, config: dict) -> DeviceRequest:
 
     profile = config["profile"]
     request.capabilities = requested_capabilities(
-        container.annotations,
+        asked,
         container.env,
         settings["capabilities_annotation"],
         f"{prefix}_DRIVER_CAPABILITIES" if settings["env"] and prefix else None,
         list(profile["capabilities"]),
         [n for n, c in profile["capabilities"].items() if c.get("by_name")],
     )
-    annotated = settings["capabilities_annotation"] in container.annotations
+    annotated = settings["capabilities_annotation"] in asked
     if settings["env"] and prefix and not annotated:
         _switched(request, container, profile, prefix)
     return request
@@ -206,8 +222,11 @@ def _switched(request: DeviceRequest, container: Container, profile: dict, prefi
     request.switched = tuple(added)
 
 
-def _imex_request(request: DeviceRequest, container: Container, config: dict) -> None:
-    """NVIDIA IMEX channels (imex.py), with a device request: the annotation, or with
+def _imex_request(
+    request: DeviceRequest, annotations: dict[str, str], env: dict[str, str], config: dict
+) -> None:
+    """NVIDIA IMEX channels (imex.py), with a device request: the annotation (of
+    `annotations`: the container's, or in Kubernetes mode its allocation's), or with
     request.env the image's <PREFIX>_IMEX_CHANNELS when the profile has NVIDIA devices."""
     settings = config["request"]
     profile = config["profile"]
@@ -215,13 +234,11 @@ def _imex_request(request: DeviceRequest, container: Container, config: dict) ->
     prefix = profile["env_prefix"]
     env_key = f"{prefix}_IMEX_CHANNELS" if settings["env"] and nvidia and prefix else None
     key = settings["imex_annotation"]
-    if key not in container.annotations and not (env_key and env_key in container.env):
+    if key not in annotations and not (env_key and env_key in env):
         return
     from ocihook.request.imex import requested_channels
 
-    request.imex, request.imex_origin = requested_channels(
-        container.annotations, container.env, key, env_key
-    )
+    request.imex, request.imex_origin = requested_channels(annotations, env, key, env_key)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,21 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
                  ("native", "ldconfig"; null and [] when it was not)
     rootless     only from the hook of a rootless container: {host_uid (the user), device_cgroup
                  ("unchanged": cgroup is [])}; the record is then in /run/user/<uid>/ocihook
+    route        "prestart" (the hook made everything), "precreate" (the runtime made the
+                 mounts or nodes that podman's precreate stage put in config.json)
+    duration     seconds from the hook seeing the request to the record (both absent in
+                 records of earlier releases)
+
+    <state_dir>/failed/<id>.json   a start the hook failed (the container did not start;
+                                   nothing of the hook is left in it), pruned as records are:
+    version, id, created_at, created, route, duration, error (the line the runtime showed)
+    outcome      "refused" (before any change) or "rolled_back" (changes made and undone)
+    reason       the step that failed: bundle, request, plan, requirement, rootless,
+                 sources, selinux, state-dir, cgroup, container, record, or internal (a bug)
 
 `injection_record` builds it; `ocihook/audit/records.py` reads it back
-(tests/test_record_schema.py: the round trip).
+(tests/test_record_schema.py: the round trip); `ocihook/metrics/hookstats.py` counts both
+kinds for the exporter, which writes nothing.
 
 Lifetime: records stay after the container exits, so that a denial of a container that
 failed can still be tied to it. No process runs when a container stops (the shipped
@@ -66,6 +78,11 @@ SWEEP_INTERVAL = 60.0  # seconds between orphan sweeps
 SWEEP_STAMP = ".swept"
 STALE_TMP_SECONDS = 600.0  # a temporary file this old belongs to a killed writer
 WHAT = "state dir"
+PRESTART, PRECREATE = "prestart", "precreate"  # routes: who made the mounts and nodes
+FAILED_DIR = "failed"  # <state_dir>/failed/<id>.json: the starts the hook failed
+REFUSED, ROLLED_BACK = "refused", "rolled_back"
+INTERNAL = "internal"  # the reason of a failure that is a bug (exit status 70)
+MAX_ERROR_CHARS = 512
 
 
 def open_state_dir(path: str) -> int:
@@ -122,12 +139,20 @@ def new_record(container_id: str, pid: int | None, fields: dict) -> dict:
 
 
 def injection_record(
-    container, plan, sources: list, labels: list, edits: list, ld_cache, rootless_uid=None
+    container,
+    plan,
+    sources: list,
+    labels: list,
+    edits: list,
+    ld_cache,
+    rootless_uid=None,
+    route: str = PRESTART,
+    duration: float | None = None,
 ) -> dict:
     """The record of one injection: the container (state.Container), its finalized plan,
     the sources mounted (apply.SourceTree, in plan order) with their `labels`, the device
-    cgroup edits made (cgroups.DeviceEdit), how the ld cache was updated (or None), and for
-    the hook of a rootless container the user's host uid."""
+    cgroup edits made (cgroups.DeviceEdit), how the ld cache was updated (or None), for
+    the hook of a rootless container the user's host uid, the route and the seconds it took."""
     body = new_record(
         container.id,
         container.pid,
@@ -170,6 +195,8 @@ def injection_record(
             "cgroup": [edit.record() for edit in edits],
             "ld_dirs": _ld_dirs(plan) if ld_cache else [],
             "ld_cache": ld_cache,
+            "route": route,
+            "duration": None if duration is None else round(duration, 6),
         },
     )
     if rootless_uid is not None:
@@ -280,6 +307,75 @@ def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> 
                 pass
             continue
         kept += 1
+
+
+def write_failure(
+    config: dict,
+    container_id: str,
+    route: str,
+    reason: str,
+    changed: bool,
+    started: float,
+    error: BaseException,
+) -> None:
+    """Best effort, on the failure path only: <state_dir>/failed/<id>.json saying that the
+    hook failed this container's start, where (`reason`: the step), whether it had changed
+    anything (`changed`: then it was rolled back), after how long (`started`: the monotonic
+    time the request was seen) and the line the runtime showed. Never raises: the error
+    the runtime shows is the one that made the hook fail. The newest `records.max_count`
+    younger than `records.max_age` are kept; nothing else reads or writes this dir."""
+    from ocihook.errors import EXIT_SOFTWARE, exit_line
+
+    try:
+        status, line = exit_line(error) if isinstance(error, Exception) else (1, str(error))
+        now = time.time()
+        body = {
+            "version": RECORD_VERSION,
+            "id": container_id,
+            "created_at": round(now, 3),
+            "created": utc_now(now),
+            "route": route,
+            "outcome": ROLLED_BACK if changed else REFUSED,
+            "reason": INTERNAL if status == EXIT_SOFTWARE else reason,
+            "duration": round(time.monotonic() - started, 6),
+            "error": line[:MAX_ERROR_CHARS],
+        }
+        path = os.path.join(config["state_dir"], FAILED_DIR)
+        dir_fd = trusted.open_dir(path, WHAT)
+    except Exception:  # noqa: BLE001 - the record is best effort
+        return
+    try:
+        write_record(dir_fd, path, container_id, body)
+        settings = config["records"]
+        _prune(dir_fd, settings["max_count"], settings["max_age"])
+    except Exception:  # noqa: BLE001 - a full disk: no empty dir left behind
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+    finally:
+        os.close(dir_fd)
+
+
+def _prune(dir_fd: int, max_count: int, max_age: float) -> None:
+    """Remove the records of a dir beyond the newest `max_count` or older than `max_age`."""
+    now = time.time()
+    entries = []
+    for name in os.listdir(dir_fd):
+        if name.startswith(".") and name.endswith(".tmp"):
+            _remove_stale_tmp(dir_fd, name, now)
+        elif name.endswith(".json") and not name.startswith("."):
+            try:
+                entries.append((os.lstat(name, dir_fd=dir_fd).st_mtime, name))
+            except OSError:
+                continue
+    entries.sort(reverse=True)
+    for rank, (mtime, name) in enumerate(entries):
+        if rank >= max_count or now - mtime > max_age:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass
 
 
 def _remove_stale_tmp(state_dir_fd: int, name: str, now: float) -> None:

@@ -16,7 +16,7 @@ import yaml
 
 from tests.support import cluster as cluster_support
 from tests.support import crio as crio_support
-from tests.support import devstack, images, podman, py39, rootless, synthetic
+from tests.support import devstack, fake_hosts, images, podman, py39, rootless, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
@@ -215,6 +215,9 @@ class Kube:
 # NUMA nodes of the kube tier's synthetic devices (sysfs under its device root): 0 and 2 on
 # node 0, 1 on node 1, so that a request for two stays on node 0 only by preference.
 KUBE_NUMA = {"synth0": 0, "synth1": 1, "synth2": 0}
+# What the synthetic devices' sysfs says of them, as amdgpu says it of an MI210 (the facts
+# `ocihook features` labels the node with: tests/test_e2e_kube.py reads them back).
+KUBE_SYSFS = fake_hosts.AMD_MI210 | {"vendor": "0x1002", "device": "0x740f"}
 
 
 @pytest.fixture(scope="session")
@@ -235,6 +238,8 @@ def kube(tmp_path_factory, hook_exe) -> Kube:
         sysfs = root / f"sys/dev/char/{os.major(rdev)}:{os.minor(rdev)}/device"
         sysfs.mkdir(parents=True)
         (sysfs / "numa_node").write_text(f"{numa}\n")
+        for attribute, text in KUBE_SYSFS.items():
+            (sysfs / attribute).write_text(f"{text}\n")
     server = cluster_support.Cluster()
     plugin = None
     try:

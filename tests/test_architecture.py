@@ -70,6 +70,7 @@ LAYERS = {
         "ocihook.apply.owned",
         "ocihook.pipeline",
         "ocihook.deviceplugin.*",  # inventory, health, topology, allocation: plain data
+        "ocihook.metrics.*",  # reads the records, the audit log, the devices; writes nothing
     ),
     "execution": (  # the privileged injection path: mounts, nodes, cgroups, ld cache
         "ocihook.apply.*",
@@ -83,6 +84,7 @@ LAYERS = {
         "ocihook.cli.*",
         "ocihook.deviceplugin.server",  # gRPC: the kubelet's side
         "ocihook.deviceplugin.v1beta1.*",  # the generated stubs (make stubs)
+        "ocihook.metrics.server",  # the metrics' HTTP side
     ),
 }
 

@@ -44,7 +44,8 @@ def test_every_report_command_takes_json(path):
 def test_the_reports_listed_are_all_there_are():
     """A new command that prints a report belongs in REPORTS (and gets --json)."""
     hooks = {"prestart", "poststop", "cdi-hook"}  # the runtime's, they print no report
-    assert set(SUBCOMMANDS) - hooks == {p[0] for p in REPORTS}
+    daemons = {"exporter"}  # serves its metrics over HTTP until stopped: no report
+    assert set(SUBCOMMANDS) - hooks - daemons == {p[0] for p in REPORTS}
 
 
 def failures(tmp_path):
@@ -80,6 +81,13 @@ def test_a_failure_is_one_line_and_one_status_with_or_without_json(tmp_path):
         code_json, out_json, err_json = invoke([*args, "--json"])
         assert (code_json, err_json) == (code, err), args
         assert json.loads(out_json) == {"error": err[len("ocihook: ") : -1], "exit_code": code}
+
+
+def test_the_exporter_fails_in_one_line(tmp_path):
+    """A daemon (no --json): a config that does not load is its one line and status 1."""
+    missing = str(tmp_path / "missing")
+    code, out, err = invoke(["exporter", "--config", missing])
+    assert (code, out, err) == (1, "", f"ocihook: config {missing}: does not exist\n")
 
 
 def test_cdi_generate_json_is_format_json(tmp_path):

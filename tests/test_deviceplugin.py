@@ -165,6 +165,30 @@ def test_the_hook_starts_its_work_only_for_an_allocation():
     assert hook._may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
 
 
+def test_kubernetes_mode_takes_capabilities_and_imex_channels_only_from_the_allocation(
+    tmp_path,
+):
+    """A pod author who got one device cannot add GPUDirect's nodes (a capability naming
+    them) or IMEX channels by annotations of the pod: in Kubernetes mode they are read from
+    the container's own CRI annotations only, as the devices are."""
+    from ocihook.request.state import Container
+
+    settings = synthetic.config(tmp_path, kubernetes={"device_plugin": True})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    loaded, _files = compile_config(str(path))
+    request = loaded["request"]
+    pod = {request["capabilities_annotation"]: "all", request["imex_annotation"]: "all"}
+    annotations = {**pod, **crio({"ocihook.io/devices": "1"})}
+    container = Container.__new__(Container)
+    container.annotations, container.env = annotations, {}
+    asked = hook.container_request(container, loaded)
+    assert asked.indices == (1,) and asked.capabilities is None and not asked.imex
+    container.annotations = {**pod, **crio({"ocihook.io/devices": "1", **pod})}
+    allocated = hook.container_request(container, loaded)
+    assert allocated.capabilities is not None
+
+
 def test_kubernetes_mode_and_env_requests_do_not_mix(tmp_path):
     path = tmp_path / "config.yaml"
     settings = synthetic.config(tmp_path, request={"env": True}, kubernetes={"device_plugin": True})
@@ -217,7 +241,7 @@ class Kubelet:
 def start_plugin(config_path: Path, kubelet_dir: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ocihook.cli.main", "device-plugin", "--config", str(config_path),
-         "--kubelet-dir", str(kubelet_dir), "--health-interval", "1"],
+         "--kubelet-dir", str(kubelet_dir), "--health-interval", "1", "--metrics-port", "0"],
         cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
 
@@ -298,6 +322,62 @@ def test_the_daemon_registers_streams_health_and_allocates(tmp_path, driver):
     assert "the kubelet restarted: registering again" in text
     assert text.rstrip().endswith("ocihook device-plugin: stopped")
     assert "ocihook.io_synthetic.sock" not in os.listdir(kubelet_dir)  # its socket removed
+
+
+@NEEDS_GRPC
+@pytest.mark.devstack("prometheus_client")
+def test_the_daemon_serves_metrics_of_its_devices_and_allocations(tmp_path, driver):
+    """--metrics-port: the plugin's own view over a real HTTP scrape, each device healthy
+    and present, then device 2 unhealthy; its Allocate answers counted by channel."""
+    from tests.support.metrics import free_port, samples, scrape, value
+
+    kubelet_dir = tmp_path / "device-plugins"
+    kubelet_dir.mkdir()
+    log = tmp_path / "plugin.log"
+    port = free_port()
+    plugin = subprocess.Popen(
+        [sys.executable, "-m", "ocihook.cli.main", "device-plugin", "--config", str(driver),
+         "--kubelet-dir", str(kubelet_dir), "--health-interval", "1",
+         "--metrics-address", "127.0.0.1", "--metrics-port", str(port), "--audit-log", ""],
+        cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        kubelet = Kubelet(kubelet_dir)
+        try:
+            request = kubelet.wait_registered(1)
+            wait_text(log, f"metrics on http://127.0.0.1:{port}/metrics")
+            got = samples(scrape(url))
+            for device in ("0", "1", "2"):
+                assert value(got, "ocihook_device_healthy", device=device) == 1
+            channel, stub = kubelet.plugin(request.endpoint)
+            api = kubelet.api
+            stub.Allocate(
+                api.AllocateRequest(
+                    container_requests=[api.ContainerAllocateRequest(devices_ids=["0"])]
+                )
+            )
+            node = driver.parent / "driver/dev/synth2"
+            st = node.stat()
+            node.unlink()
+            try:
+                deadline = time.monotonic() + 30
+                while value(samples(scrape(url)), "ocihook_device_healthy", device="2") != 0:
+                    assert time.monotonic() < deadline, "device 2 never turned unhealthy"
+                    time.sleep(0.3)
+                got = samples(scrape(url))
+            finally:
+                os.mknod(node, st.st_mode, st.st_rdev)
+            assert value(got, "ocihook_device_present", device="2") == 0
+            assert value(got, "ocihook_device_healthy", device="1") == 1
+            allocations = "ocihook_deviceplugin_allocations_total"
+            assert value(got, allocations, channel="hook", result="allocated") == 1
+            channel.close()
+        finally:
+            kubelet.stop()
+    finally:
+        plugin.send_signal(signal.SIGTERM)
+        assert plugin.wait(timeout=30) == 0, log.read_text()
 
 
 def test_a_vanished_device_root_makes_every_device_unhealthy(tmp_path, driver):

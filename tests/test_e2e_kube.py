@@ -16,6 +16,7 @@ import json
 import os
 import re
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -251,13 +252,18 @@ def test_a_plugin_restart_loses_no_allocation(kube, pods):
 def test_the_daemonset_runs_the_installer_and_the_plugin(kube, tmp_path, pods):
     """packaging/kubernetes applied with kubectl -k (a copy, patched for this machine: no
     privileged container or system-node-critical priority, which it cannot run; the local
-    image; the tier's driver and a resource name of its own in the ConfigMap). The image is
+    image; the tier's driver and a resource name of its own in the ConfigMap; the host's
+    network and a free port for the metrics, as this node has no pod network). The image is
     built FROM scratch here as the Containerfile lays it out (tests/support/k8s.py). The
     installer installs and is Ready without waiting for its readiness period; the plugin in
-    its container registers the node's devices, and a pod that asks for one gets it."""
+    its container registers the node's devices, and a pod that asks for one gets it. The
+    plugin's metrics answer a real HTTP client on the node (its devices, the allocation),
+    and the driver's facts reach the node's NFD features file as labels."""
     import yaml
 
     from tests.support import k8s
+    from tests.support.metrics import free_port, samples, scrape, value
+    from tests.test_features import nfd_labels
 
     image = kube.cluster.import_image(
         k8s.daemonset_image(tmp_path / "image", "ds"), "ocihook-k8s-daemonset"
@@ -287,6 +293,11 @@ def test_the_daemonset_runs_the_installer_and_the_plugin(kube, tmp_path, pods):
     assert plugin["securityContext"]["privileged"] is False  # shipped as it runs here
     for container in spec["containers"]:
         container["imagePullPolicy"] = "Never"
+    port = free_port()
+    spec["hostNetwork"] = True
+    assert "--metrics-port=9479" in plugin["command"]
+    plugin["command"] = [a.replace("=9479", f"={port}") for a in plugin["command"]]
+    plugin["ports"] = [dict(plugin["ports"][0], containerPort=port)]
     (copy / "daemonset.yaml").write_text(yaml.safe_dump(daemonset))
     kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
     name, tag = image.rsplit(":", 1)
@@ -321,6 +332,29 @@ def test_the_daemonset_runs_the_installer_and_the_plugin(kube, tmp_path, pods):
         pods.append("from-daemonset")
         cluster.wait_phase("from-daemonset", ("Succeeded",))
         assert len(devices_of(cluster.logs("from-daemonset"))) == 1
+        assert f"metrics on http://0.0.0.0:{port}/metrics" in logs, logs
+        got = samples(scrape(f"http://127.0.0.1:{port}/metrics"))
+        for device in ("0", "1", "2"):
+            assert value(got, "ocihook_device_healthy", device=device) == 1
+            assert value(got, "ocihook_device_present", device=device) == 1
+        device = {dict(labels)["device"]: dict(labels) for (name, labels) in got
+                  if name == "ocihook_device_healthy"}["0"]  # fmt: skip
+        assert device["product"] == "AMD Instinct MI210" and device["memory_mib"] == "65536"
+        allocated = "ocihook_deviceplugin_allocations_total"
+        assert value(got, allocated, channel="hook", result="allocated") == 1
+        features = cluster.nsexec(
+            "cat", "/etc/kubernetes/node-feature-discovery/features.d/ocihook",
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert features.returncode == 0, features.stderr
+        (tmp_path / "features.d").mkdir()
+        (tmp_path / "features.d/ocihook").write_text(features.stdout)
+        labels = nfd_labels(tmp_path / "features.d", datetime.now(timezone.utc))
+        assert labels["ocihook.io/profile"] == "synthetic"
+        assert labels["ocihook.io/devices"] == "3"
+        assert labels["ocihook.io/gpu.product"] == "AMD-Instinct-MI210"
+        assert labels["ocihook.io/gpu.memory"] == "65536"
+        assert labels["ocihook.io/gpu.device-id"] == "0x740f"
     finally:
         cluster.kubectl("delete", "-k", str(copy), "--wait=true", "--timeout=300s", timeout=320)
 

@@ -21,7 +21,15 @@ NEEDS_VALIDATE = pytest.mark.devstack("kubernetes_validate")
 
 K8S = Path(__file__).resolve().parent.parent / "packaging/kubernetes"
 PROFILES = K8S.parent / "profiles"
-MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "configmap.yaml", "daemonset.yaml")
+MANIFESTS = (
+    "namespace.yaml",
+    "serviceaccount.yaml",
+    "configmap.yaml",
+    "daemonset.yaml",
+    "service.yaml",
+)
+# OpenShift's and the Prometheus Operator's (kubectl apply -k packaging/kubernetes/monitoring/)
+MONITORING = K8S / "monitoring"
 # The Kubernetes versions ocihook's manifests support (docs/kubernetes.md says the same).
 SUPPORTED = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
 
@@ -120,3 +128,40 @@ def test_the_device_plugin_runs_from_the_image_with_only_what_it_needs():
     assert mounts["/host"]["readOnly"] and mounts["/config"]["readOnly"]
     config = yaml.safe_load(load("configmap.yaml")["data"]["config.yaml"])
     assert config["kubernetes"]["device_plugin"] is True
+
+
+@NEEDS_VALIDATE
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_monitoring_rbac_is_valid_for_supported_version(version):
+    for document in yaml.safe_load_all((MONITORING / "prometheus-rbac.yaml").read_text()):
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_metrics_port_is_served_exposed_and_scraped():
+    """The plugin's --metrics-port (the CLI's default, above 9000 for OpenShift), its
+    container port, the Service's target and the ServiceMonitor's endpoint agree."""
+    from ocihook.cli.deviceplugin import DEFAULT_METRICS_PORT
+    from ocihook.metrics.server import DEFAULT_PORT
+
+    assert DEFAULT_METRICS_PORT == DEFAULT_PORT > 9000
+    spec = load("daemonset.yaml")["spec"]["template"]
+    plugin = {c["name"]: c for c in spec["spec"]["containers"]}["device-plugin"]
+    assert f"--metrics-port={DEFAULT_PORT}" in plugin["command"]
+    (port,) = plugin["ports"]
+    assert port == {"name": "metrics", "containerPort": DEFAULT_PORT, "protocol": "TCP"}
+    service = load("service.yaml")
+    assert service["spec"]["selector"].items() <= spec["metadata"]["labels"].items()
+    (exposed,) = service["spec"]["ports"]
+    assert exposed["targetPort"] == "metrics" and exposed["port"] == DEFAULT_PORT
+    monitor = yaml.safe_load((MONITORING / "servicemonitor.yaml").read_text())
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [exposed["name"]]
+    namespace = load("namespace.yaml")["metadata"]
+    assert namespace["labels"]["openshift.io/cluster-monitoring"] == "true"
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["servicemonitor.yaml", "prometheus-rbac.yaml"]
+    (dashboard,) = kustomization["configMapGenerator"]
+    assert dashboard["files"] == ["grafana-dashboard.json"]

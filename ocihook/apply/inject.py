@@ -123,14 +123,23 @@ def relabel_fix(source_root: str, real: str | None = None) -> str:
     )
 
 
-def inject(container: Container, config: dict, request: DeviceRequest) -> dict:
-    """Do it; returns the record written to the state dir."""
-    started = time.monotonic()
+def inject(
+    container: Container, config: dict, request: DeviceRequest, started: float | None = None
+) -> dict:
+    """Do it; returns the record written to the state dir. `started`: the monotonic time
+    the hook saw the request (the record's duration counts from there). A failure is
+    recorded in <state_dir>/failed (records.write_failure) and raised again."""
+    started = time.monotonic() if started is None else started
     log = record.Log(config["log"]["target"], config["log"]["debug"])
+    injection = _Injection(container, config, log, started)
     try:
-        result = _Injection(container, config, log).run(request)
-    except OcihookError as error:
-        log.error(f"{container.id}: {error}")
+        result = injection.run(request)
+    except Exception as error:
+        if isinstance(error, OcihookError):
+            log.error(f"{container.id}: {error}")
+        record.write_failure(
+            config, container.id, injection.route, injection.step, injection.changed, started, error
+        )
         raise
     elapsed = 1000 * (time.monotonic() - started)
     log.info(
@@ -159,8 +168,12 @@ class _Injection:
     the plan's mounts and device nodes, the host's ldconfig) and what they did (the
     finalized plan, the device cgroup edits, how the ld cache was updated): the record."""
 
-    def __init__(self, container: Container, config: dict, log: record.Log) -> None:
+    def __init__(self, container: Container, config: dict, log: record.Log, started: float) -> None:
         self.container = container
+        self.started = started
+        self.step = "plan"  # where a failure happened: the failure record's reason
+        self.changed = False  # whether anything was changed (a failure is then rolled back)
+        self.route = record.PRESTART  # PRECREATE when the runtime made mounts or nodes
         self.config = config
         self.log = log
         self.api = execute.mount_api(config["mount_api"])
@@ -204,20 +217,25 @@ class _Injection:
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")
                 if config["cuda"]["require"] and config["profile"].get("cuda"):
+                    self.step = "requirement"
                     self._check_cuda_requirements(plan, roots)  # before any change
                 if namespace.rootless:  # a node the user cannot open: refused before changes
+                    self.step = "rootless"
                     rootless.check_nodes(
                         namespace, plan.devices, roots.device_fd, container.annotations
                     )
                 # New mount API: clone the sources on the host now. Classic API: open them in
                 # the container's mount namespace (a bind mount cannot cross namespaces).
+                self.step = "sources"
                 if self.api.on_host:
                     self._open_sources(plan, decision, roots)
                 if decision.ld_writer is not None:
                     self.ldconfig_fd = elf.open_static_executable(
                         config["ldconfig"]["path"], "ldconfig"
                     )
+                self.step = "state-dir"
                 state_fd = self.state_fd = record.open_state_dir(config["state_dir"])
+                self.step = "cgroup"
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
             self._close()
@@ -231,6 +249,7 @@ class _Injection:
             if self.log.debug_enabled:  # (reads /proc/self/status: only for the debug line)
                 caps = privileges.effective_capabilities()
                 self._debug(f"capabilities dropped, CapEff {caps:x}")
+            self.step = "record"
             body = record.injection_record(
                 container,
                 self.final,
@@ -239,6 +258,8 @@ class _Injection:
                 self.edits,
                 self.ld_cache,
                 namespace.host_uid if namespace.rootless else None,
+                self.route,
+                time.monotonic() - self.started,
             )
             record.write_record(state_fd, config["state_dir"], container.id, body)
             if self.ld_learnt:
@@ -265,6 +286,7 @@ class _Injection:
         if decision.node_strategy == "bind":
             self.node_sources = self.api.nodes(plan, roots)
         if decision.file_label:
+            step, self.step = self.step, "selinux"
             self.labels = check_source_labels(
                 self.sources,
                 self.config,
@@ -272,6 +294,7 @@ class _Injection:
                 roots.source_real,
                 self.container.process_label,
             )
+            self.step = step
         else:
             self.labels = [None] * len(self.sources)
 
@@ -288,6 +311,7 @@ class _Injection:
             )
             info = lambda line: self.log.info(f"{container.id}: {line}")  # noqa: E731
             self.edits = grant.allow_devices(cgroup, rules, info)
+            self.changed = bool(self.edits)
             warning = grant.update_warning(
                 self.edits, _runtime_name(), CRIO_ANNOTATION in container.annotations
             )
@@ -296,6 +320,7 @@ class _Injection:
             if self.log.debug_enabled:
                 records = [e.record() for e in self.edits]
                 self._debug(f"cgroup {cgroup.version} {cgroup.path}: {records}")
+        self.step = "container"
         try:
             self._in_container(plan, decision, roots)
         except BaseException:
@@ -320,10 +345,12 @@ class _Injection:
             # What the runtime made from config.json (the precreate stage's) is not redone.
             todo, trees = owned.left_to_do(final, self.sources, root_fd, container.runtime)
             if len(trees) != len(self.sources) or len(todo.devices) != len(final.devices):
+                self.route = record.PRECREATE
                 self._debug(
                     f"made by the runtime: {len(self.sources) - len(trees)} mounts, "
                     f"{len(final.devices) - len(todo.devices)} device nodes"
                 )
+            self.changed = True
             try:
                 execute.execute(writer, todo, trees, self.node_sources, self.api)
                 if final.ld_writer is not None and self.ldconfig_fd is not None:

@@ -9,6 +9,65 @@ from ocihook.cli.output import emit_json, json_option
 from ocihook.errors import OcihookError
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin.server's (grpc-free)
+DEFAULT_METRICS_PORT = 9479  # metrics.server's (prometheus_client-free); above 9000: OpenShift
+DEFAULT_AUDIT_LOG = "/var/log/audit/audit.log"
+
+
+def metrics_options(function):
+    """--metrics-port, --metrics-address and --audit-log, shared with `ocihook exporter`."""
+    function = click.option(
+        "--audit-log",
+        default=DEFAULT_AUDIT_LOG,
+        show_default=True,
+        help="The audit log whose SELinux denials of the hook's containers are counted, "
+        "read under --host-root ('' for none).",
+    )(function)
+    function = click.option(
+        "--metrics-address",
+        default="0.0.0.0",
+        show_default=True,
+        help="Address the metrics server listens on (127.0.0.1: this host only; :: for IPv6).",
+    )(function)
+    return function
+
+
+def start_metrics(
+    config: dict,
+    host_root: str,
+    address: str,
+    port: int,
+    audit_log: str,
+    devices,
+    allocations=None,
+) -> None:
+    """Serve the node's metrics on address:port in this process (ocihook/metrics/): the
+    records of the config's state dir and the audit log, both under `host_root`, and the
+    devices' view `devices` gives. One line when it cannot."""
+    from ocihook.deviceplugin.inventory import under
+    from ocihook.metrics import server
+
+    problem = server.missing()
+    if problem:
+        raise OcihookError(f"metrics: {problem} (--metrics-port 0 turns them off)")
+    from ocihook.metrics.collector import NodeCollector
+
+    collector = NodeCollector(
+        config,
+        host_root,
+        under(host_root, config["state_dir"]),
+        under(host_root, audit_log) if audit_log else None,
+        devices,
+        allocations,
+    )
+    server.serve(collector, address, port)
+    import threading
+
+    threading.Thread(target=collector.load_facts, daemon=True).start()
+    click.echo(
+        f"ocihook {click.get_current_context().info_name}: metrics on "
+        f"http://{address}:{port}/metrics",
+        err=True,
+    )
 
 
 def _grpc_missing() -> str | None:
@@ -74,6 +133,15 @@ def _check_resource(name: str) -> None:
     help="Print the devices it would offer (IDs, nodes, NUMA node, health) and exit.",
 )
 @json_option(help="With --list: print them as one JSON document.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_METRICS_PORT,
+    show_default=True,
+    help="Serve the node's Prometheus metrics on this port (/metrics; 0: not at all). A "
+    "port that cannot be had is said in one line, and the plugin goes on without them.",
+)
+@metrics_options
 def device_plugin(
     config_path: str,
     kubelet_dir: str,
@@ -82,6 +150,9 @@ def device_plugin(
     host_root: str,
     list_only: bool,
     as_json: bool,
+    metrics_port: int,
+    metrics_address: str,
+    audit_log: str,
 ) -> None:
     """Offer the profile's devices to the kubelet as an extended resource (device plugin
     API v1beta1) and hand each container exactly what was allocated to it.
@@ -92,7 +163,8 @@ def device_plugin(
     its NUMA node comes from sysfs. Allocate answers with device specs (the runtime creates
     and allows the nodes) and the `ocihook.io/devices` container annotation that the hook
     reads in Kubernetes mode (kubernetes.device_plugin: true in the config). Re-registers when
-    the kubelet restarts. Runs until SIGTERM (docs/kubernetes.md).
+    the kubelet restarts. Serves the node's metrics (devices, the hook's records, SELinux
+    denials) on --metrics-port. Runs until SIGTERM (docs/kubernetes.md).
     """
     from ocihook.config.compiled import compile_config
 
@@ -125,4 +197,24 @@ def device_plugin(
     from ocihook.deviceplugin.server import run
 
     interval = health_interval or float(config["kubernetes"]["health_interval"])
-    raise SystemExit(run(config, kubelet_dir, interval, host_root))
+    metrics = None
+    if metrics_port:
+
+        def metrics(state) -> None:  # once the plugin has its inventory and health
+            from ocihook.deviceplugin.server import log
+            from ocihook.metrics.devices import plugin_snapshot
+
+            try:
+                start_metrics(
+                    config,
+                    host_root,
+                    metrics_address,
+                    metrics_port,
+                    audit_log,
+                    plugin_snapshot(state),
+                    state.allocation_counts,
+                )
+            except OcihookError as error:  # the kubelet's devices matter more: go on
+                log(f"{error}; serving no metrics")
+
+    raise SystemExit(run(config, kubelet_dir, interval, host_root, metrics))

@@ -70,16 +70,20 @@ def check_problem(config_path: str, hooks_dirs: tuple[str, ...]) -> str | None:
 
 def collect(
     config_path: str, hooks_dirs: tuple[str, ...], selinuxfs: str
-) -> tuple[dict[str, str], str | None]:
+) -> tuple[dict[str, str], str | None, dict | None]:
     """The node's labels (names without the prefix): profile, devices, driver-version,
-    selinux, ready; and why the node is not ready (None when it is)."""
+    the devices' facts (advanced_labels), selinux, ready; why the node is not ready (None
+    when it is); and the facts they were made of (discover.facts.Facts as a dict; None when
+    the driver could not be read)."""
     from ocihook.selinux.status import selinux_mode
 
     labels: dict[str, str] = {}
     problem = None
+    facts = None
     try:
         from ocihook.config.compiled import compile_config
         from ocihook.discover.devices import available_devices
+        from ocihook.discover.facts import gather
         from ocihook.pipeline import open_roots, plan_container
         from ocihook.plan.decide import CLI, Target
         from ocihook.request.parse import parse_request
@@ -91,14 +95,80 @@ def collect(
             labels["devices"] = str(len(available_devices(roots, profile["devices"])))
             request = parse_request("all", "features")
             plan = plan_container(config, roots, request, Target(CLI)).plan
+            found = gather(config, roots, plan)
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)
+        labels.update(advanced_labels(found.to_dict()))
+        facts = found.to_dict()
     except OcihookError as error:
         problem = str(error)  # the first thing that went wrong, if `check` fails too
     labels["selinux"] = selinux_mode(selinuxfs)
     check = check_problem(config_path, hooks_dirs)
     labels["ready"] = "false" if check else "true"
-    return labels, (problem or check) if check else None
+    return labels, (problem or check) if check else None, facts
+
+
+def _common(values: list) -> object:
+    """The one value every device has, or None (some differ, or none tells)."""
+    known = [v for v in values if v is not None]
+    if known and len(known) == len(values) and all(v == known[0] for v in known):
+        return known[0]
+    return None
+
+
+def _least(values: list) -> int | None:
+    """The smallest of the devices' numbers (what each of them has at least), None when
+    a device does not tell."""
+    if not values or any(v is None for v in values):
+        return None
+    return min(values)
+
+
+def advanced_labels(facts: dict) -> dict[str, str]:
+    """Node labels of what the driver tells (discover.facts), names without the prefix:
+    gpu.product, gpu.device-id, gpu.family, gpu.firmware (each only when every device has
+    the same), gpu.memory (MiB), gpu.compute-units, gpu.tiles (the least of the devices),
+    gpu.compute.major/.minor (the lowest compute capability), cuda.driver.major/.minor,
+    mig.capable (any GPU), mig-<PROFILE>.count (MIG devices of each profile on the node)."""
+    devices = facts["devices"]
+    if not devices:
+        return {}
+    labels: dict[str, str] = {}
+    for name, key in (
+        ("gpu.product", "product"),
+        ("gpu.device-id", "device_id"),
+        ("gpu.family", "family"),
+        ("gpu.firmware", "firmware"),
+    ):
+        value = _common([d[key] for d in devices])
+        if value is not None and label_value(str(value).replace(" ", "-")):
+            labels[name] = label_value(str(value).replace(" ", "-"))
+    memory = _least([d["memory"] for d in devices])
+    if memory is not None:
+        labels["gpu.memory"] = str(memory >> 20)
+    for name, key in (("gpu.compute-units", "compute_units"), ("gpu.tiles", "tiles")):
+        value = _least([d[key] for d in devices])
+        if value is not None:
+            labels[name] = str(value)
+    capabilities = [d["compute_capability"] for d in devices]
+    if capabilities and None not in capabilities:
+        major, minor = min(tuple(int(p) for p in c.split(".")) for c in capabilities)
+        labels["gpu.compute.major"], labels["gpu.compute.minor"] = str(major), str(minor)
+    if facts["cuda_driver"]:
+        major, _, minor = facts["cuda_driver"].partition(".")
+        labels["cuda.driver.major"], labels["cuda.driver.minor"] = major, minor or "0"
+    capable = [d["mig_capable"] for d in devices if d["mig_capable"] is not None]
+    if capable:
+        labels["mig.capable"] = "true" if any(capable) else "false"
+    profiles: dict[str, int] = {}
+    for device in devices:
+        for profile, count in device["mig_profiles"].items():
+            profiles[profile] = profiles.get(profile, 0) + count
+    for profile, count in sorted(profiles.items()):
+        name = f"mig-{profile}.count"
+        if NAME_RE.match(name):
+            labels[name] = str(count)
+    return labels
 
 
 def prefixed(labels: dict[str, str], prefix: str) -> dict[str, str]:
@@ -154,7 +224,8 @@ def render(labels: dict[str, str], prefix: str, expiry_seconds: int, now: float)
 )
 @json_option(
     help='Print the labels as JSON ({"labels": {NAME: VALUE}, "ready": BOOL, "reason": WHY or '
-    "null}) instead of writing the features.d file (not with --output or --interval)."
+    'null, "facts": each device\'s facts}) instead of writing the features.d file (not with '
+    "--output or --interval)."
 )
 @click.option("--selinuxfs", default="/sys/fs/selinux", hidden=True)
 def features(
@@ -171,19 +242,26 @@ def features(
 
     Labels, under PREFIX (ocihook.io): profile, devices (how many the device root has),
     driver-version, selinux (enforcing, permissive, disabled) and ready (true when
-    `ocihook check` passes). Example: ocihook.io/profile=nvidia, ocihook.io/devices=4,
-    ocihook.io/ready=true. The `# +expiry-time=` line makes NFD drop the labels when the
-    file is no longer refreshed. A node that is not ready gets ready=false all the same,
-    one line on stderr saying why, and exit status 1.
+    `ocihook check` passes); and what the driver tells of the devices: gpu.product,
+    gpu.device-id, gpu.family, gpu.firmware, gpu.memory (MiB), gpu.compute-units,
+    gpu.tiles, gpu.compute.major/minor, cuda.driver.major/minor, mig.capable and
+    mig-<PROFILE>.count (NVIDIA's from NVML, in its child with the profile's time limit;
+    AMD's and Intel's from sysfs). Example: ocihook.io/profile=nvidia, ocihook.io/devices=4,
+    ocihook.io/gpu.product=NVIDIA-H100-80GB-HBM3, ocihook.io/ready=true. The
+    `# +expiry-time=` line makes NFD drop the labels when the file is no longer refreshed.
+    A node that is not ready gets ready=false all the same, one line on stderr saying why,
+    and exit status 1.
     """
     if as_json and (output is not None or interval):
         given = "--output" if output is not None else "--interval"
         raise usage_error(f"--json prints the labels: not with {given}")
     prefixed({}, prefix)  # a bad --prefix fails before anything is looked at
     if as_json:
-        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        labels, reason, facts = collect(config_path, hooks_dirs, selinuxfs)
         ready = labels["ready"] == "true"
-        emit_json({"labels": prefixed(labels, prefix), "ready": ready, "reason": reason})
+        emit_json(
+            {"labels": prefixed(labels, prefix), "ready": ready, "reason": reason, "facts": facts}
+        )
         if reason:
             exit_after_report(EXIT_FAILURE, f"not ready: {reason}")
         return
@@ -194,7 +272,7 @@ def features(
     if interval:
         signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     while True:
-        labels, reason = collect(config_path, hooks_dirs, selinuxfs)
+        labels, reason, _facts = collect(config_path, hooks_dirs, selinuxfs)
         text = render(labels, prefix, expiry, time.time())
         if output == "-":
             click.echo(text, nl=False)

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "cdi-hook": "ocihook.cli.cdi:cdi_hook",
     "features": "ocihook.cli.features:features",
     "device-plugin": "ocihook.cli.deviceplugin:device_plugin",
+    "exporter": "ocihook.cli.exporter:exporter",
 }
 
 

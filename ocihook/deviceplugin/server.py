@@ -53,6 +53,17 @@ class State:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
+        self.channel = "cdi" if config["kubernetes"].get("cdi") else "hook"
+        self.allocations: dict[tuple[str, str], int] = {}  # (channel, result) -> containers
+
+    def allocated(self, result: str, count: int = 1) -> None:
+        with self.changed:
+            key = (self.channel, result)
+            self.allocations[key] = self.allocations.get(key, 0) + count
+
+    def allocation_counts(self) -> dict[tuple[str, str], int]:
+        with self.changed:
+            return dict(self.allocations)
 
     def refresh(self) -> None:
         """Check health now; log and publish what changed."""
@@ -148,13 +159,16 @@ class DevicePlugin(api_pb2_grpc.DevicePluginServicer):
                 )
             except OcihookError as error:
                 log(str(error))
+                self.state.allocated("refused")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             sick = [i for i in ids if self.state.health.get(i)]
             if sick:
                 message = f"Allocate: device {sick[0]} is unhealthy: {self.state.health[sick[0]]}"
                 log(message)
+                self.state.allocated("refused")
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
             log(f"allocated {','.join(ids)}")
+            self.state.allocated("allocated")
             responses.append(_response(answer))
         return api_pb2.AllocateResponse(container_responses=responses)
 
@@ -262,8 +276,9 @@ def health_loop(state: State, interval: float) -> None:
         state.refresh()
 
 
-def run(config: dict, kubelet_dir: str, interval: float, host_root: str = "/") -> int:
-    """The daemon: inventory, health loop, registration loop; SIGTERM/SIGINT end it."""
+def run(config: dict, kubelet_dir: str, interval: float, host_root: str = "/", metrics=None) -> int:
+    """The daemon: inventory, health loop, registration loop; SIGTERM/SIGINT end it.
+    `metrics(state)`, when given, starts the metrics server once the state is there."""
     kubelet_dir = os.path.abspath(kubelet_dir)
     if not os.path.isdir(kubelet_dir):
         raise OcihookError(f"--kubelet-dir {kubelet_dir}: no such directory")
@@ -271,6 +286,8 @@ def run(config: dict, kubelet_dir: str, interval: float, host_root: str = "/") -
     inventory = _first_inventory(config, host_root)
     state = State(config, inventory)
     state.refresh()
+    if metrics is not None:
+        metrics(state)
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: state.stop())
     checker = threading.Thread(target=health_loop, args=(state, interval), daemon=True)

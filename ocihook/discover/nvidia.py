@@ -76,8 +76,9 @@ def _read(roots: Roots, path: str) -> str | None:
     return read_small_file(roots, path, MAX_FILE)
 
 
-def _fields(text: str) -> dict[str, str]:
-    """ "Key: value" lines (the driver pads values with tabs and spaces)."""
+def info_fields(text: str) -> dict[str, str]:
+    """ "Key: value" lines of an information file (the driver pads values with tabs and
+    spaces)."""
     fields = {}
     for line in text.splitlines():
         key, colon, value = line.partition(":")
@@ -102,7 +103,7 @@ def read_gpus(roots: Roots, nvidia: dict) -> dict[int, GpuFile]:
         text = _read(roots, f"{directory}/{name}/information")
         if text is None:
             continue
-        fields = _fields(text)
+        fields = info_fields(text)
         minor = _small_number(fields.get("Device Minor"), 256)
         if minor is None:
             where = host_path(roots.device_root, f"{directory}/{name}/information")
@@ -163,7 +164,7 @@ def _cap_file(roots: Roots, path: str) -> tuple[int, int | None] | None:
     text = _read(roots, path)
     if text is None:
         return None
-    fields = _fields(text)
+    fields = info_fields(text)
     minor = _small_number(fields.get("DeviceFileMinor"), 1 << 20)
     if minor is None:
         raise OcihookError(
@@ -239,8 +240,10 @@ class Names:
         spec: dict,
         nvml_dirs: Callable[[str], list[str]] | None,
         version: str | None,
+        detail: bool = False,
     ) -> None:
         self.roots = roots
+        self.detail = detail  # NVML's detail too (discover/facts.py; never the hook)
         self.spec = spec
         self.nvidia = settings(spec) or dict(DEFAULTS)
         self.nvml_dirs = nvml_dirs
@@ -263,7 +266,9 @@ class Names:
             try:
                 fd, where = self._open_library()
                 try:
-                    self._answer = nvml.query(fd, float(self.nvidia["nvml_timeout"]), where)
+                    self._answer = nvml.query(
+                        fd, float(self.nvidia["nvml_timeout"]), where, self.detail
+                    )
                 finally:
                     os.close(fd)
             except OcihookError as error:

@@ -26,6 +26,11 @@ range, UUIDs in NVIDIA's form, a bounded size) before any of it is used:
     cuda VERSION|-                          (the driver's CUDA version, 1000 * major + 10 * minor)
     ok                                     (or: error TEXT)
 
+and, only when asked for detail (`ocihook features`, the exporter; never the hook):
+
+    detail NVML_INDEX MEMORY_BYTES|- MIG_CAPABLE(0|1) NAME   (NAME: the rest of the line)
+    profile NVML_INDEX MIG_INDEX GI_SLICES CI_SLICES MEMORY_MIB   (a MIG device's size)
+
 A GPU's brand and compute capability and the driver's CUDA version are what NVIDIA's
 requirement check (NVIDIA_REQUIRE_*: plan/require.py) reads; NVML that cannot tell them
 answers `-` (unknown), never an error.
@@ -35,7 +40,8 @@ nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGet
 nvmlDeviceGetUUID, nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
 nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetGpuInstanceId,
 nvmlDeviceGetComputeInstanceId, nvmlDeviceGetBrand, nvmlDeviceGetCudaComputeCapability,
-nvmlSystemGetCudaDriverVersion, nvmlErrorString, nvmlShutdown.
+nvmlSystemGetCudaDriverVersion, nvmlErrorString, nvmlShutdown; with detail also
+nvmlDeviceGetName, nvmlDeviceGetMemoryInfo and nvmlDeviceGetAttributes_v2 (of MIG devices).
 """
 
 from __future__ import annotations
@@ -79,17 +85,22 @@ BRANDS = (
 )
 MAX_BRAND = 255
 MAX_CUDA = 1 << 20
+NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
+MAX_MEMORY = 1 << 50  # bytes: a GPU's memory is far below a PiB
+MAX_SLICES = 64
 
 
 class MigInfo(Struct):
     """One MIG device as NVML names it: its index on its GPU, UUID, GPU and compute
     instance ids."""
 
-    __slots__ = ("index", "uuid", "gi", "ci")
+    __slots__ = ("index", "uuid", "gi", "ci", "profile")
+    _defaults = {"profile": None}
     index: int
     uuid: str | None
     gi: int
     ci: int
+    profile: str | None  # NVIDIA's name of its size ("1g.10gb"), asked with detail only
 
 
 class GpuInfo(Struct):
@@ -97,8 +108,19 @@ class GpuInfo(Struct):
     MIG is enabled, its MIG devices in NVML's order, its brand (BRANDS' word) and compute
     capability ("9.0"; None: NVML could not tell)."""
 
-    __slots__ = ("index", "minor", "uuid", "mig_enabled", "mig", "brand", "arch")
-    _defaults = {"brand": None, "arch": None}
+    __slots__ = (
+        "index",
+        "minor",
+        "uuid",
+        "mig_enabled",
+        "mig",
+        "brand",
+        "arch",
+        "name",
+        "memory",
+        "mig_capable",
+    )
+    _defaults = {"brand": None, "arch": None, "name": None, "memory": None, "mig_capable": None}
     index: int
     minor: int
     uuid: str | None
@@ -106,6 +128,9 @@ class GpuInfo(Struct):
     mig: list[MigInfo]
     brand: str | None
     arch: str | None
+    name: str | None  # the product name ("NVIDIA H100 80GB HBM3"); detail only
+    memory: int | None  # bytes of memory; detail only
+    mig_capable: bool | None  # whether it supports MIG at all; detail only
 
 
 class Answer(Struct):
@@ -122,17 +147,18 @@ def brand_name(number: int) -> str:
     return BRANDS[number] if 0 <= number < len(BRANDS) else "unknown"
 
 
-def query(library_fd: int, timeout: float, where: str) -> Answer:
+def query(library_fd: int, timeout: float, where: str, detail: bool = False) -> Answer:
     """The host's GPUs and MIG devices (and the facts NVIDIA's requirement check reads) from
     the NVML library open at `library_fd` (`where` names it in messages), asked in a
     sandboxed child that is killed after `timeout` seconds; any failure is one
-    OcihookError line."""
+    OcihookError line. `detail`: also each GPU's name, memory, MIG capability and its MIG
+    devices' sizes (node labels and metrics; the hook never asks)."""
     devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child(library_fd, write_end, read_end, devnull)
+            _child(library_fd, write_end, read_end, devnull, detail)
         os.close(write_end)
         write_end = -1
         try:
@@ -227,6 +253,31 @@ def parse_answer(text: bytes, where: str) -> Answer:
                 brand=None if brand is None else brand_name(brand), arch=arch
             )
             continue
+        if fields[0] == "detail" and len(fields) >= 5:
+            index = _number(fields[1], MAX_GPUS)
+            memory = None if fields[2] == "-" else _big_number(fields[2], MAX_MEMORY)
+            name = " ".join(fields[4:])
+            if (
+                index not in gpus
+                or (memory is None and fields[2] != "-")
+                or fields[3] not in ("0", "1")
+                or not (0 < len(name) < NAME_BUFFER and name.isascii() and name.isprintable())
+            ):
+                raise bad(f"line {line[:80]!r}")
+            gpus[index] = gpus[index].replace(
+                name=name, memory=memory, mig_capable=fields[3] == "1"
+            )
+            continue
+        if fields[0] == "profile" and len(fields) == 6:
+            gpu, mig = _number(fields[1], MAX_GPUS), _number(fields[2], MAX_MIG)
+            gi, ci = _number(fields[3], MAX_SLICES), _number(fields[4], MAX_SLICES)
+            size = _big_number(fields[5], MAX_MEMORY >> 20)
+            owner = gpus.get(gpu) if gpu is not None else None
+            found = [m for m in owner.mig if m.index == mig] if owner else []
+            if None in (gi, ci, size) or not found or not gi or not ci or not owner.memory:
+                raise bad(f"line {line[:80]!r}")
+            found[0].profile = mig_profile(gi, ci, size, owner.memory)
+            continue
         if fields[0] == "cuda" and len(fields) == 2:
             number = None if fields[1] == "-" else _number(fields[1], MAX_CUDA)
             if number is None and fields[1] != "-":
@@ -262,6 +313,27 @@ def _arch(text: str) -> str | None | bool:
     return False
 
 
+def mig_profile(gi_slices: int, ci_slices: int, memory_mib: int, total_bytes: int) -> str:
+    """NVIDIA's name of a MIG device's size, as its tools and GPU feature discovery write it
+    (go-nvlib's rule): `<G>g.<GB>gb`, or `<C>c.<G>g.<GB>gb` when the compute instance has
+    fewer slices than its GPU instance; GB is the device's share of the GPU's memory,
+    rounded up to eighths, times the GPU's memory in whole GB (rounded up)."""
+    import math
+
+    share = math.ceil(memory_mib * (1 << 20) / total_bytes * 8) / 8
+    total_gb = (total_bytes + (1 << 30) - 1) >> 30
+    gb = int(share * total_gb + 0.5)
+    if ci_slices == gi_slices:
+        return f"{gi_slices}g.{gb}gb"
+    return f"{ci_slices}c.{gi_slices}g.{gb}gb"
+
+
+def _big_number(text: str, bound: int) -> int | None:
+    if 0 < len(text) <= 20 and text.isascii() and text.isdigit() and int(text) < bound:
+        return int(text)
+    return None
+
+
 def _number(text: str, bound: int) -> int | None:
     if 0 < len(text) <= 5 and text.isascii() and text.isdigit() and int(text) < bound:
         return int(text)
@@ -278,7 +350,7 @@ def _uuid(text: str, prefix: str) -> str | None:
 # -- the child ------------------------------------------------------------------------------
 
 
-def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None:
+def _child(library_fd: int, write_end: int, read_end: int, devnull: int, detail: bool) -> None:
     """Sandbox this forked process, ask NVML, write the answer, exit (never returns)."""
     code = 1
     try:
@@ -300,7 +372,7 @@ def _child(library_fd: int, write_end: int, read_end: int, devnull: int) -> None
             if error.errno != errno.EPERM:
                 raise
         privileges.clear_capabilities()  # every set empty; no_new_privs: none comes back
-        lines = _ask(securepath.fd_path(library_fd))
+        lines = _ask(securepath.fd_path(library_fd), detail)
         code = 0
     except BaseException as error:  # noqa: BLE001 - whatever happened is the answer
         lines = [f"error {_describe(error)}"]
@@ -364,7 +436,7 @@ class _Nvml:
         return text if text.isprintable() and " " not in text and text else "-"
 
 
-def _ask(path: str) -> list[str]:
+def _ask(path: str, detail: bool = False) -> list[str]:
     """NVML's GPUs and MIG devices as answer lines (in the child)."""
     nvml = _Nvml(path)
     c = nvml.ctypes
@@ -390,8 +462,13 @@ def _ask(path: str) -> list[str]:
             lines.append(f"gpu {index} {minor.value} {nvml.uuid(handle)} {int(enabled)}")
             facts = f"{_brand(nvml, handle)} {_compute_capability(nvml, handle)}"
             lines.append(f"facts {index} {facts}")
+            if detail:
+                capable = int(mode == NVML_SUCCESS)
+                lines.append(
+                    f"detail {index} {_memory(nvml, handle)} {capable} {_name(nvml, handle)}"
+                )
             if enabled:
-                lines += _mig_lines(nvml, index, handle)
+                lines += _mig_lines(nvml, index, handle, detail)
         lines.append(f"cuda {_cuda_version(nvml)}")
     finally:
         nvml.call("nvmlShutdown", allow=tuple(range(1, 1000)))
@@ -435,7 +512,63 @@ def _cuda_version(nvml: _Nvml) -> str:
     return str(version.value) if 0 < version.value < MAX_CUDA else "-"
 
 
-def _mig_lines(nvml: _Nvml, gpu: int, handle: object) -> list[str]:
+def _name(nvml: _Nvml, handle: object) -> str:
+    """The GPU's product name ("NVIDIA H100 80GB HBM3"), "unknown" when NVML cannot tell."""
+    c = nvml.ctypes
+    buffer = c.create_string_buffer(NAME_BUFFER)
+    try:
+        nvml.call("nvmlDeviceGetName", handle, buffer, c.c_uint(NAME_BUFFER))
+    except RuntimeError:
+        return "unknown"
+    text = buffer.value.decode("ascii", "replace").strip()
+    return text if text and text.isprintable() else "unknown"
+
+
+def _memory(nvml: _Nvml, handle: object) -> str:
+    """The GPU's total memory in bytes (nvmlMemory_t's total), "-" when NVML cannot tell."""
+    c = nvml.ctypes
+    memory = (c.c_ulonglong * 3)()  # nvmlMemory_t: total, free, used
+    try:
+        nvml.call("nvmlDeviceGetMemoryInfo", handle, memory)
+    except RuntimeError:
+        return "-"
+    return str(memory[0]) if 0 < memory[0] < MAX_MEMORY else "-"
+
+
+def _profile_line(nvml: _Nvml, gpu: int, index: int, mig: object) -> list[str]:
+    """A MIG device's slices and memory (nvmlDeviceAttributes_t), none when NVML cannot tell."""
+    c = nvml.ctypes
+    attributes = _Attributes(c)()
+    try:
+        nvml.call("nvmlDeviceGetAttributes_v2", mig, c.byref(attributes))
+    except RuntimeError:
+        return []
+    gi, ci = attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount
+    return [f"profile {gpu} {index} {gi} {ci} {attributes.memorySizeMB}"]
+
+
+def _Attributes(c):  # noqa: N802 - a ctypes structure made where ctypes is imported
+    class Attributes(c.Structure):
+        """nvmlDeviceAttributes_t"""
+
+        _fields_ = [
+            (name, c.c_uint)
+            for name in (
+                "multiprocessorCount",
+                "sharedCopyEngineCount",
+                "sharedDecoderCount",
+                "sharedEncoderCount",
+                "sharedJpegCount",
+                "sharedOfaCount",
+                "gpuInstanceSliceCount",
+                "computeInstanceSliceCount",
+            )
+        ] + [("memorySizeMB", c.c_ulonglong)]
+
+    return Attributes
+
+
+def _mig_lines(nvml: _Nvml, gpu: int, handle: object, detail: bool = False) -> list[str]:
     c = nvml.ctypes
     most = c.c_uint()
     nvml.call("nvmlDeviceGetMaxMigDeviceCount", handle, c.byref(most))
@@ -455,4 +588,6 @@ def _mig_lines(nvml: _Nvml, gpu: int, handle: object) -> list[str]:
         nvml.call("nvmlDeviceGetGpuInstanceId", mig, c.byref(gi))
         nvml.call("nvmlDeviceGetComputeInstanceId", mig, c.byref(ci))
         lines.append(f"mig {gpu} {index} {nvml.uuid(mig)} {gi.value} {ci.value}")
+        if detail:
+            lines += _profile_line(nvml, gpu, index, mig)
     return lines

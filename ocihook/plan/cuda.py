@@ -99,7 +99,8 @@ def cuda_for_driver(driver_version: str | None) -> str | None:
 # Forward compatibility
 
 
-def _result(mode: str, directory: str, host: str | None, reason: str, **found) -> dict:
+def compat_result(mode: str, directory: str, host: str | None, reason: str, **found) -> dict:
+    """The plan's cuda_compat entry: not used unless `found` says otherwise."""
     result = {
         "mode": mode,
         "dir": directory,
@@ -124,7 +125,7 @@ def probe_compat(
     decided)."""
 
     def decided(reason: str, **found) -> dict:
-        return _result(mode, directory, host_version, reason, **found)
+        return compat_result(mode, directory, host_version, reason, **found)
 
     host = parse_version(host_version or "")
     if host is None:

@@ -262,18 +262,10 @@ def carried_decision(
     probe: tuple[str, ...] = ("glibc",) if ld_writer is not None and target.image else ()
     pending = compat_probe = None
     if compat is not None and probe:
+        from ocihook.plan.cuda import compat_result  # NVIDIA profiles with a compat dir only
+
         directory, library, mode, host = compat
-        pending = {
-            "mode": mode,
-            "dir": directory,
-            "use": False,
-            "library": None,
-            "version": None,
-            "host_version": host,
-            "rule": None,
-            "note": None,
-            "reason": "",
-        }
+        pending = compat_result(mode, directory, host, "")
         compat_probe = (directory, library, mode)
         probe += ("cuda_compat",)
     return Decision(

@@ -149,13 +149,14 @@ CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
 ALLOCATION_ORIGIN = "device plugin allocation"
 
 
-def allocated_devices(annotations: dict[str, str], annotation_key: str) -> DeviceRequest:
-    """Kubernetes mode: the devices the device plugin allocated to this container, read only
-    from the container's CRI annotations that CRI-O records under CRIO_CONTAINER_ANNOTATIONS
-    (a pod's own `annotation_key`, annotation or env, is never read)."""
+def container_annotations(annotations: dict[str, str]) -> dict[str, str]:
+    """Kubernetes mode: the container's own CRI annotations (kubelet's and the device
+    plugin's Allocate answer, never the pod's), which CRI-O records as JSON under
+    CRIO_CONTAINER_ANNOTATIONS; {} when there are none. OcihookError when the value is not
+    the JSON object of strings CRI-O writes."""
     text = annotations.get(CRIO_CONTAINER_ANNOTATIONS)
     if text is None:
-        return DeviceRequest((), "no allocation")
+        return {}
     from ocihook.fastjson import loads
 
     try:
@@ -168,6 +169,14 @@ def allocated_devices(annotations: dict[str, str], annotation_key: str) -> Devic
         raise OcihookError(
             f"annotation {CRIO_CONTAINER_ANNOTATIONS}: not the JSON object of strings CRI-O writes"
         )
+    return document
+
+
+def allocated_devices(annotations: dict[str, str], annotation_key: str) -> DeviceRequest:
+    """Kubernetes mode: the devices the device plugin allocated to this container, read only
+    from the container's CRI annotations that CRI-O records under CRIO_CONTAINER_ANNOTATIONS
+    (a pod's own `annotation_key`, annotation or env, is never read)."""
+    document = container_annotations(annotations)
     if annotation_key not in document:
         return DeviceRequest((), "no allocation")
     return parse_request(document[annotation_key], f"{ALLOCATION_ORIGIN} ({annotation_key})")

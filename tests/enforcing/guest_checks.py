@@ -984,6 +984,18 @@ KUBE_CONFIG = Path("/etc/ocihook/kubernetes.yaml")
 CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
 
 
+def csv_field(value: str) -> str:
+    """One --annotation value as this podman reads it: before 4.4 a CSV field (podman 4.3
+    splits at commas and refuses a bare quote), so quoted whole with its quotes doubled;
+    from 4.4 on as it is."""
+    words = sh(["podman", "--version"]).stdout.split()
+    try:
+        version = tuple(int(n) for n in words[2].split(".")[:2])
+    except (IndexError, ValueError):
+        version = (4, 3)
+    return '"' + value.replace('"', '""') + '"' if version < (4, 4) else value
+
+
 def device_plugin_allocation(runtime: str):
     """Kubernetes mode under enforcing SELinux: the device plugin's Allocate answer for one
     device (ocihook.deviceplugin.allocation, the plain data the gRPC server sends the
@@ -1027,9 +1039,9 @@ def device_plugin_allocation(runtime: str):
         for spec in answer["devices"]:
             allocated += ["--device", f"{spec['host_path']}:{spec['container_path']}:rwm"]
         for key, value in answer["annotations"].items():
-            allocated += ["--annotation", f"{key}={value}"]  # kubelet: the container's own
+            allocated += ["--annotation", csv_field(f"{key}={value}")]  # the container's own
         record = json.dumps(answer["annotations"], separators=(",", ":"))
-        allocated += ["--annotation", f"{CRIO_CONTAINER_ANNOTATIONS}={record}"]
+        allocated += ["--annotation", csv_field(f"{CRIO_CONTAINER_ANNOTATIONS}={record}")]
         result = sh([*allocated, f"localhost/{IMAGE_NAME}:latest", "/usr/bin/synth-smi"], 180)
         forged = [*base, *RUN_FLAGS, "--annotation", f"{ANNOTATION}=all"]
         probe = ["/bin/sh", "-c", "ls /dev /usr/bin /usr/lib64 | grep -c synth"]

@@ -149,7 +149,9 @@ def ensure_images(fedora: bool) -> tuple[Path, Path | None]:
     policy's root (None without `fedora`)."""
     image = BUILD / "vm" / image_key(fedora)
     policy, building = start_fedora_policy() if fedora else (None, None)
-    if all((image / ROOTFS[p]).exists() for p in POLICIES if fedora or p == "refpolicy"):
+    if all(
+        (image / ROOTFS[p]).exists() for p in ("refpolicy", "fedora") if fedora or p == "refpolicy"
+    ):
         log(f"images {image} (cached)")
         if policy is not None:
             finish_fedora_policy(policy, building)

@@ -249,7 +249,7 @@ class Plugin:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "ocihook.cli.main", "device-plugin", "--config",
                  str(self.config), "--kubelet-dir", str(self.kubelet_dir),
-                 "--health-interval", str(self.interval)],
+                 "--health-interval", str(self.interval), "--metrics-port", "0"],
                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             )  # fmt: skip
 

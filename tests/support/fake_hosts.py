@@ -42,8 +42,16 @@ class FakeHost:
         self.root = root
         (root / "dev").mkdir(parents=True, exist_ok=True)
 
-    def pci_device(self, address: str, driver: str | None) -> Path:
-        """sys/devices/pci<domain>:<bus>/<root port>/<address>, bound to `driver`."""
+    def pci_device(
+        self,
+        address: str,
+        driver: str | None,
+        ids: tuple[str, str] = ("0x0000", "0x0000"),
+        attributes: dict[str, str] | None = None,
+    ) -> Path:
+        """sys/devices/pci<domain>:<bus>/<root port>/<address>, bound to `driver`, with its
+        PCI vendor and device `ids` and the driver's sysfs `attributes` (name -> text; a
+        name with '/' is in a subdir, as xe's tile0/physical_vram_size_bytes)."""
         domain = address[:4]
         bus = f"pci{domain}:{address[5:7]}"
         port = f"{domain}:{address[5:7]}:01.0"
@@ -54,8 +62,23 @@ class FakeHost:
             drv.mkdir(parents=True, exist_ok=True)
             _link(path / "driver", drv)
             _link(drv / address, path)
-        (path / "vendor").write_text("0x0000\n")
+        (path / "vendor").write_text(f"{ids[0]}\n")
+        (path / "device").write_text(f"{ids[1]}\n")
+        for name, text in (attributes or {}).items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_text(f"{text}\n")
         return path
+
+    def kfd_node(self, number: int, address: str | None, properties: dict[str, int]) -> None:
+        """sys/class/kfd/kfd/topology/nodes/<number>/properties, as amdgpu's KFD writes it
+        (a CPU node without `address`; a GPU's `location_id` names its PCI function)."""
+        values = dict(properties)
+        if address:
+            bus, slot, function = int(address[5:7], 16), int(address[8:10], 16), int(address[11])
+            values.update(domain=int(address[:4], 16), location_id=bus << 8 | slot << 3 | function)
+        node = self.root / "sys/class/kfd/kfd/topology/nodes" / str(number)
+        node.mkdir(parents=True, exist_ok=True)
+        (node / "properties").write_text("".join(f"{k} {v}\n" for k, v in values.items()))
 
     def class_entry(self, device: Path, cls: str, name: str, node: str | None, dev: tuple):
         """sys/class/<cls>/<name> -> the entry under `device` (whose `device` link points
@@ -89,15 +112,26 @@ def _link(at: Path, to: Path) -> None:
     at.symlink_to(os.path.relpath(to, at.parent))
 
 
+# What amdgpu shows of an AMD Instinct MI210 (sysfs, KFD topology): 104 CUs, gfx90a, 64 GB.
+AMD_MI210 = {
+    "mem_info_vram_total": str(64 << 30),
+    "vbios_version": "113-D67301-063",
+    "product_name": "AMD Instinct MI210",
+}
+AMD_MI210_KFD = {"simd_count": 416, "simd_per_cu": 4, "gfx_target_version": 90010}
+
+
 def amd_server(root: Path) -> Path:
-    """A server with an ASPEED BMC display (card0, driver ast) and two AMD GPUs whose card
-    numbers are in probe order, not PCI order; /dev/kfd shared."""
+    """A server with an ASPEED BMC display (card0, driver ast) and two AMD GPUs (MI210s)
+    whose card numbers are in probe order, not PCI order; /dev/kfd shared."""
     host = FakeHost(root)
-    bmc = host.pci_device("0000:02:00.0", "ast")
+    host.kfd_node(0, None, {"simd_count": 0, "cpu_cores_count": 64})
+    bmc = host.pci_device("0000:02:00.0", "ast", ("0x1a03", "0x2000"))
     host.class_entry(bmc, "drm", "card0", "dri/card0", (DRM, 0))
     host.connector(bmc, "card0", "VGA-1")
     for number, address in enumerate(AMD_SERVER_PCI):
-        gpu = host.pci_device(address, "amdgpu")
+        gpu = host.pci_device(address, "amdgpu", ("0x1002", "0x740f"), AMD_MI210)
+        host.kfd_node(number + 1, address, AMD_MI210_KFD)
         host.class_entry(
             gpu, "drm", f"card{number + 1}", f"dri/card{number + 1}", (DRM, number + 1)
         )
@@ -111,15 +145,21 @@ def amd_server(root: Path) -> Path:
 
 
 def intel_host(root: Path) -> Path:
-    """An integrated GPU on i915 and a discrete one on xe, and an AMD GPU (not Intel's)."""
+    """An integrated GPU on i915 (Alder Lake-P, no memory of its own) and a discrete one on
+    xe (Arc A770, 16 GB on one tile), and an AMD GPU (not Intel's)."""
     host = FakeHost(root)
-    igpu = host.pci_device("0000:00:02.0", "i915")
+    igpu = host.pci_device("0000:00:02.0", "i915", ("0x8086", "0x46a6"))
     host.class_entry(igpu, "drm", "card0", "dri/card0", (DRM, 0))
     host.class_entry(igpu, "drm", "renderD128", "dri/renderD128", (DRM, 128))
-    dgpu = host.pci_device("0000:03:00.0", "xe")
+    dgpu = host.pci_device(
+        "0000:03:00.0",
+        "xe",
+        ("0x8086", "0x56a0"),
+        {"tile0/physical_vram_size_bytes": str(16 << 30)},
+    )
     host.class_entry(dgpu, "drm", "card1", "dri/card1", (DRM, 1))
     host.class_entry(dgpu, "drm", "renderD129", "dri/renderD129", (DRM, 129))
-    other = host.pci_device("0000:01:00.0", "amdgpu")
+    other = host.pci_device("0000:01:00.0", "amdgpu", ("0x1002", "0x73bf"))
     host.class_entry(other, "drm", "card2", "dri/card2", (DRM, 2))
     host.class_entry(other, "drm", "renderD130", "dri/renderD130", (DRM, 130))
     return root

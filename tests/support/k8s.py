@@ -175,12 +175,15 @@ def snapshot(root: Path, skip: tuple[str, ...] = ("proc",)) -> dict[str, tuple]:
 
 # The device plugin's libraries for the DaemonSet's image: what `ocihook[deviceplugin]`
 # needs, copied from this venv's distributions (the Containerfile pip-installs them).
-PLUGIN_REQUIREMENTS = ("grpcio", "protobuf", "click", "PyYAML", "jsonschema")
+PLUGIN_REQUIREMENTS = ("grpcio", "protobuf", "prometheus_client", "click", "PyYAML", "jsonschema")
 PLUGIN_LIBS = (
     "/lib/x86_64-linux-gnu/libstdc++.so.6",
     "/lib/x86_64-linux-gnu/libgcc_s.so.1",
     "/lib/x86_64-linux-gnu/librt.so.1",
     "/lib/x86_64-linux-gnu/libpthread.so.0",
+    # Python's ssl module, which prometheus_client's HTTP server imports
+    "/lib/x86_64-linux-gnu/libssl.so.3",
+    "/lib/x86_64-linux-gnu/libcrypto.so.3",
 )
 
 
@@ -212,8 +215,8 @@ def daemonset_image(root: Path, name: str) -> str:
     """The DaemonSet's image as the Containerfile lays it out, FROM scratch: the installer
     (busybox, the payload, the script) and the device plugin: /usr/bin/python3 with its
     stdlib (this host's 3.11, standing in for the nodes' distribution), /plugin/lib (ocihook
-    with its generated stubs, gRPC, protobuf and the rest of ocihook[deviceplugin]),
-    /usr/local/bin/ocihook, the profiles in /opt/ocihook/profiles."""
+    with its generated stubs, gRPC, protobuf, prometheus_client and the rest of
+    ocihook[deviceplugin]), /usr/local/bin/ocihook, the profiles in /opt/ocihook/profiles."""
     (root / "bin").mkdir(parents=True)
     shutil.copy2(images.BUSYBOX, root / "bin/busybox")
     applets = subprocess.run(

@@ -47,6 +47,8 @@ class Mig:
     uuid: str
     gi: int
     ci: int
+    slices: tuple[int, int] = (1, 1)  # GPU and compute instance slices (nvmlDeviceAttributes_t)
+    memory_mb: int = 9856  # an H100 80GB's 1g.10gb
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class Gpu:
     mig: tuple[Mig, ...] | None  # None: no MIG support (NVML: Not Supported)
     brand: int = 14  # nvmlBrandType_t: NVML_BRAND_NVIDIA, an H100/H200's; -1: Not Supported
     arch: tuple[int, int] = (9, 0)  # compute capability (Hopper); (-1, 0): Not Supported
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory: int = 81559 << 20  # bytes (an H100 80GB's 81559 MiB); 0: Not Supported
 
 
 # NVML's MIG device index order is NVML's own: here index 0 is GI 5 and index 1 is GI 3, so
@@ -67,7 +71,7 @@ GPU0 = Gpu(
     "GPU-3b6d0a1c-5e2f-4a7b-9c8d-0e1f2a3b4c5d",
     (
         Mig(0, "MIG-5a1b2c3d-4e5f-5a6b-8c7d-9e0f1a2b3c4d", 5, 0),
-        Mig(1, "MIG-3c9d8e7f-6a5b-5c4d-9e3f-2a1b0c9d8e7f", 3, 0),
+        Mig(1, "MIG-3c9d8e7f-6a5b-5c4d-9e3f-2a1b0c9d8e7f", 3, 0, (3, 3), 40192),  # 3g.40gb
     ),
 )
 GPU1 = Gpu("0000:86:00.0", 1, "GPU-86f0e1d2-c3b4-4a59-8876-5f4e3d2c1b0a", None)
@@ -118,9 +122,10 @@ def _header(layout: tuple[Gpu, ...], mode: str, probe: Path | None, cuda: int = 
         enabled = -1 if gpu.mig is None else 1
         first = len(migs)
         for mig in gpu.mig or ():
-            migs.append(f'{{{mig.index}, "{mig.uuid}", {mig.gi}, {mig.ci}}}')
+            size = f"{mig.slices[0]}, {mig.slices[1]}, {mig.memory_mb}ULL"
+            migs.append(f'{{{mig.index}, "{mig.uuid}", {mig.gi}, {mig.ci}, {size}}}')
         count = len(migs) - first
-        facts = f"{gpu.brand}, {gpu.arch[0]}, {gpu.arch[1]}"
+        facts = f'{gpu.brand}, {gpu.arch[0]}, {gpu.arch[1]}, "{gpu.name}", {gpu.memory}ULL'
         gpus.append(f'{{{gpu.minor}, "{gpu.uuid}", {enabled}, {first}, {count}, {facts}}}')
     lines = [
         f"#define STANDIN_GPUS {', '.join(gpus)}",

@@ -4,8 +4,9 @@
  * layout compiled in (nvml_layout.h, written by tests/support/nvidia_mig.py):
  *
  *   #define STANDIN_GPUS  {minor, "GPU-...", mig_enabled, first_mig, mig_count,
- *                          brand (nvmlBrandType_t, -1: Not Supported), cc_major, cc_minor}, ...
- *   #define STANDIN_MIGS  {index, "MIG-...", gi, ci}, ...
+ *                          brand (nvmlBrandType_t, -1: Not Supported), cc_major, cc_minor,
+ *                          "product name", memory bytes (0: Not Supported)}, ...
+ *   #define STANDIN_MIGS  {index, "MIG-...", gi, ci, gi_slices, ci_slices, memory MiB}, ...
  *   #define STANDIN_MODE  0 (answer) | 1 (hang in nvmlInit_v2) | 2 (nvmlInit_v2 fails)
  *                         | 3 (answer, and write /proc/self/status to STANDIN_PROBE first)
  *   #define STANDIN_CUDA  the driver's CUDA version as NVML numbers it (12040), 0: Not Supported
@@ -32,9 +33,19 @@ typedef int nvmlReturn_t;
 
 struct gpu {
     unsigned minor; const char *uuid; int mig_enabled; int first_mig; int mig_count;
-    int brand; int cc_major; int cc_minor;
+    int brand; int cc_major; int cc_minor; const char *name; unsigned long long memory;
 };
-struct mig { unsigned index; const char *uuid; unsigned gi; unsigned ci; };
+struct mig {
+    unsigned index; const char *uuid; unsigned gi; unsigned ci;
+    unsigned gi_slices; unsigned ci_slices; unsigned long long memory_mb;
+};
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount,
+        computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
 
 static const struct gpu gpus[] = { STANDIN_GPUS };
 static const struct mig migs[] = { STANDIN_MIGS };
@@ -223,5 +234,37 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (STANDIN_CUDA <= 0) return NVML_ERROR_NOT_SUPPORTED;
     *version = STANDIN_CUDA;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(const void *device, char *name, unsigned length)
+{
+    const struct gpu *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(g->name) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(name, g->name);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(const void *device, nvmlMemory_t *memory)
+{
+    const struct gpu *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->memory) return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = g->memory;
+    memory->used = g->memory / 100;
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(const void *device, nvmlDeviceAttributes_t *attributes)
+{
+    const struct mig *m = as_mig(device);
+    if (!m) return NVML_ERROR_NOT_SUPPORTED; /* whole GPUs: not asked by ocihook */
+    memset(attributes, 0, sizeof(*attributes));
+    attributes->multiprocessorCount = 16 * m->ci_slices;
+    attributes->gpuInstanceSliceCount = m->gi_slices;
+    attributes->computeInstanceSliceCount = m->ci_slices;
+    attributes->memorySizeMB = m->memory_mb;
     return NVML_SUCCESS;
 }
