@@ -2,8 +2,10 @@
 expressions at import time: about 10 ms at every container start).
 
 `loads` uses the C scanner that `json` itself uses (`_json.make_scanner`); `dumps` writes
-the plain data of records (dict, list, tuple, str, int, float, bool, None) with `_json`'s
-string encoder. Where a Python build lacks `_json`, both fall back to `json`.
+plain data (dict, list, tuple, str, int, float, bool, None): on one line with the C encoder
+`json.dumps` itself uses without an indent (`_json.make_encoder`: the records, the precreate
+stage's config), indented with `_json`'s string encoder. Where a Python build lacks `_json`,
+both fall back to `json`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ try:
     from _json import make_scanner as _make_scanner
 except ImportError:  # pragma: no cover - every CPython build has _json
     _make_scanner = _encode_string = None
+try:
+    from _json import make_encoder as _make_encoder
+except ImportError:  # pragma: no cover
+    _make_encoder = None
 
 _WHITESPACE = " \t\n\r"
 
@@ -62,15 +68,25 @@ def _slow_loads(text: str) -> object:
         raise ValueError("nested too deeply") from None
 
 
-def dumps(value: object, indent: int = 1) -> str:
-    """Serialize plain data, keys sorted, `indent` spaces per level (like json.dumps)."""
-    if _encode_string is None:  # pragma: no cover
+def dumps(value: object, indent: int | None = 1) -> str:
+    """Serialize plain data, keys sorted, `indent` spaces per level (like json.dumps); with
+    `indent` None on one line, as `json.dumps(value, sort_keys=True)` writes it."""
+    if indent is None and _make_encoder is not None and _encode_string is not None:
+        # json.encoder's own C encoder, as json.dumps builds it: circular check, keys sorted,
+        # NaN and infinities refused, anything but plain data a TypeError (`_refuse`).
+        encode = _make_encoder({}, _refuse, _encode_string, None, ": ", ", ", True, False, False)
+        return "".join(encode(value, 0))
+    if _encode_string is None or indent is None:  # pragma: no cover
         import json
 
         return json.dumps(value, indent=indent, sort_keys=True)
     parts: list[str] = []
     _encode(value, parts, indent, 0)
     return "".join(parts)
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def _encode(value: object, out: list[str], indent: int, level: int) -> None:

@@ -5,14 +5,16 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
     <state_dir>/<id>.json     (state_dir: config key, default /run/ocihook; mode 0600)
     version      RECORD_VERSION (readers accept READABLE_VERSIONS)
     id           the container id
-    status       "running" from prestart; "exited" at poststop; "orphaned" when the hook
-                 finds the container's process gone and no poststop came
+    status       "running" from prestart; "orphaned" when an injecting start's sweep finds the
+                 container's process gone (pid and start time: liveness), the usual end
+                 since the shipped registration has no poststop stage; "exited" at poststop
+                 where an admin registered that stage (exact exit times)
     created_at   epoch seconds (float) of the prestart; `created` the same as UTC text
     pid          the container's host pid; `pid_start` its start time (clock ticks after
                  boot, /proc/<pid>/stat field 22) so a reused pid is not taken for it
     exited_at    epoch seconds of the poststop (status "exited")
-    orphaned_at  epoch seconds when the orphan was found (status "orphaned"; the container
-                 ended at some time before it)
+    orphaned_at  epoch seconds when the sweep found the process gone (status "orphaned";
+                 the container ended at some time before it)
     bundle, rootfs, profile, request, source_root, device_root, driver_version,
     capabilities, mount_label, process_label, file_label
                  the container's and the finalized plan's (file_label: what the hook's own
@@ -45,8 +47,11 @@ The record schema, shared by the writer (the hook) and the readers (`ocihook aud
 kinds for the exporter, which writes nothing.
 
 Lifetime: records stay after the container exits, so that a denial of a container that
-failed can still be tied to it. Each prestart that injects sweeps the state dir cheaply:
-running records whose process is gone become "orphaned" (at most once a minute), and
+failed can still be tied to it. No process runs when a container stops (the shipped
+registration has no poststop stage: one hook process per container, at its start); a reader
+tells a gone container by liveness (`is_running`), as `ocihook audit` does. Each prestart that
+injects sweeps the state dir cheaply:
+at most once a minute, running records whose process is gone become "orphaned", and
 exited/orphaned records older than `records.max_age` seconds, or beyond the newest
 `records.max_count`, are removed, and so are temporary files of killed writers. The
 state dir is on tmpfs (/run): a reboot empties it.
@@ -209,7 +214,7 @@ def _ld_dirs(plan) -> list[str]:
 def write_record(state_dir_fd: int, state_dir: str, container_id: str, body: dict) -> None:
     """Atomically write <id>.json (the id was validated: no '/'); OcihookError names the file
     and the cause, and no temporary file is left."""
-    data = fastjson.dumps(body, indent=1).encode()
+    data = fastjson.dumps(body, indent=None).encode()  # one line: the C encoder
     trusted.write_file(state_dir_fd, state_dir, f"{container_id}.json", data, "record")
 
 
@@ -255,12 +260,16 @@ def finish_record(state_dir: str, container_id: str) -> dict | None:
 
 
 def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> None:
-    """Mark orphans (at most once per SWEEP_INTERVAL) and prune old or surplus records.
+    """Mark orphans and prune old or surplus records, at most once per SWEEP_INTERVAL (one
+    lstat of the stamp otherwise: a state dir of a thousand records costs an injection
+    nothing more); the dir may exceed `max_count` by the starts of one interval.
 
-    Cheap: one directory listing and an lstat per record; a record is read only when it is
-    old enough or surplus enough to be pruned, or in the (throttled) orphan sweep.
+    Then one directory listing and an lstat per record; a record is read only when it is
+    old enough or surplus enough to be pruned, or to tell whether its process still runs.
     Best effort: a record that cannot be read or removed is left for the next sweep."""
     now = time.time()
+    if not _sweep_due(state_dir_fd, now):
+        return
     entries = []
     for name in os.listdir(state_dir_fd):
         if name.startswith(".") and name.endswith(".tmp"):
@@ -274,14 +283,10 @@ def sweep(state_dir_fd: int, state_dir: str, max_age: float, max_count: int) -> 
             continue
         entries.append((st.st_mtime, name))
     entries.sort(reverse=True)  # newest first
-    orphan_sweep = _sweep_due(state_dir_fd, now)
     kept = 0
     for mtime, name in entries:
         surplus = kept >= max_count
         old = now - mtime > max_age
-        if not (surplus or old or orphan_sweep):
-            kept += 1
-            continue
         body = read_record(state_dir_fd, name)
         if body is None:
             continue

@@ -56,6 +56,7 @@ LAYERS = {
         "ocihook.config.*",
         "ocihook.plan.*",
         "ocihook.records",
+        "ocihook.ld.known",
         "ocihook.audit.*",
         "ocihook.cdi.spec",
         "ocihook.selinux.relabel",

@@ -17,9 +17,9 @@ def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
     document = json.loads((REPO / "hooks.d/ocihook.json").read_text())
     assert document["when"] == {"annotations": {r"^ocihook\.io/devices$": ".+"}}
     assert document["hook"]["env"] and all("=" in e for e in document["hook"]["env"])
-    assert document["stages"] == ["createRuntime", "poststop"]
+    assert document["stages"] == ["createRuntime"]  # no poststop: records end by liveness
     env = json.loads((REPO / "hooks.d/ocihook-env.json").read_text())
-    assert env["stages"] == ["createRuntime", "poststop"]
+    assert env["stages"] == ["createRuntime"]
 
 
 def run_check(config: Path, hooks_dir: Path | None, env: dict | None = None):

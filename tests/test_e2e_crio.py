@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from ocihook.config.compiled import _cache_name
+from ocihook.records import SWEEP_STAMP, is_running
 from tests.conftest import base_config
 from tests.support import crio as crio_support
 from tests.support import images, k8s, nvidia_mig, podman, synthetic
@@ -265,8 +266,9 @@ def test_installer_registration_with_the_docs_drop_in_is_what_crio_runs(
         record = installed / "state" / f"{container}.json"
         assert json.loads(record.read_text())["status"] == "running"
         pod.stop()
-        pod.remove()  # poststop, by the installed hook too
-        assert json.loads(record.read_text())["status"] == "exited"
+        pod.remove()  # no poststop: the record stays, its process is gone (liveness)
+        body = json.loads(record.read_text())
+        assert body["status"] == "running" and not is_running(body)
         assert crio_setup.records() == {}  # the test's own registration did not run
     finally:
         registration.unlink(missing_ok=True)
@@ -305,18 +307,26 @@ def test_bad_request_fails_the_container_with_the_hooks_one_line(crio, crio_setu
     assert " error: " in line
 
 
-def test_poststop_marks_the_record_exited_when_the_pod_is_removed(crio, crio_setup):
-    """runc runs poststop at `runc delete`, which CRI-O calls when the container is removed:
-    a stopped pod's record still says running; after `crictl rmp` it says exited."""
+def test_a_removed_pods_record_is_marked_by_the_next_injecting_start(crio, crio_setup):
+    """No poststop stage (the shipped registration): a stopped and removed pod's record
+    still says running, its process is gone (pid and start time), and the next injecting
+    start's sweep marks it orphaned."""
     pod = crio_setup.pod("gpu", "team-a", {ANNOTATION: "0"})
     container = pod.run("idle", crio.images["busybox"], crio_support.IDLE)
     assert crio_setup.records()[container]["status"] == "running"
+    assert is_running(crio_setup.records()[container])
     pod.stop()
     assert pod.inspect(container)["status"]["state"] == "CONTAINER_EXITED"
-    assert crio_setup.records()[container]["status"] == "running"
     pod.remove()
-    assert crio_setup.records()[container]["status"] == "exited"
     assert crio.crictl("inspectp", pod.id).returncode != 0
+    body = crio_setup.records()[container]
+    assert body["status"] == "running" and not is_running(body)
+    stamp = crio_setup.state_dir / SWEEP_STAMP  # the orphan sweep: once a minute
+    stamp.unlink(missing_ok=True)
+    other = crio_setup.pod("gpu2", "team-a", {ANNOTATION: "0"})
+    second = other.run("true", crio.images["busybox"], ["/bin/true"])
+    assert other.wait_exited(second)["exitCode"] == 0
+    assert crio_setup.records()[container]["status"] == "orphaned"
 
 
 # -- CDI ---------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def _oci_hooks(name: str) -> dict:
 @pytest.mark.parametrize("stage", ["createRuntime", "prestart"])
 def test_podman_runs_the_hook_at_the_registrations_stage(hook_setup, image_rhel, stage):
     shipped = json.loads((REPO / "hooks.d/ocihook.json").read_text())["stages"]
-    assert shipped == ["createRuntime", "poststop"]
+    assert shipped == ["createRuntime"]
     _registration(hook_setup, [stage, "poststop"])
     name = podman.unique_name("ocihook-stage")
     args = ["podman", "--runtime", "runc", "--hooks-dir", str(hook_setup.hooks_dir), "run"]
@@ -68,11 +68,11 @@ def test_podman_runs_the_hook_at_the_registrations_stage(hook_setup, image_rhel,
 
 
 def test_crio_runs_the_shipped_registration_at_create_runtime(crio, crio_setup):
-    """CRI-O 1.37 with the shipped stages (createRuntime, poststop) in its hooks dir: the
+    """CRI-O 1.37 with the shipped stage (createRuntime) in its hooks dir: the
     hook is in the runtimeSpec's createRuntime once, and injects."""
     first_dir = Path(crio_support.hooks_dirs(crio.drop_in)[0])
     registration = json.loads((first_dir / "ocihook.json").read_text())
-    assert registration["stages"] == ["createRuntime", "poststop"]  # the tests' copy of it
+    assert registration["stages"] == ["createRuntime"]  # the tests' copy of it
     pod = crio_setup.pod("stage", "team-a", {"ocihook.io/devices": "0"})
     container = pod.run("smi", crio.images["rhel"], ["/usr/bin/synth-smi"])
     assert pod.wait_exited(container)["exitCode"] == 0

@@ -102,7 +102,6 @@ def test_the_shipped_files_are_what_the_runtimes_accept(name, tmp_path):
          "ocihook_needs", "hook.timeout: must be a positive integer"),
         (base(stages=["poststop"]), "ok", "ocihook_needs",
          "neither prestart nor createRuntime: the hook never injects the driver"),
-        (base(stages=["prestart"]), "ok", "warnings", "stages: no poststop"),
         (base(version="0.1.0"), "unchecked", "ocihook_needs", "the deprecated 0.1.0 format"),
         (base(wehn={"always": True}), "ok", "warnings", "wehn: unknown key, ignored"),
     ],

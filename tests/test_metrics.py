@@ -39,8 +39,10 @@ def scrape(node) -> dict:
 
 
 def injection(cid: str, route: str, duration: float, status: str = "running") -> dict:
-    body = record(cid, "s0:c1,c2", 4200)
+    """A record of a container whose process runs (this test's own: pid and start time)."""
+    body = record(cid, "s0:c1,c2", os.getpid())
     body.update(version=records.RECORD_VERSION, status=status, route=route, duration=duration)
+    body["pid_start"] = records.process_start(os.getpid())
     return body
 
 
@@ -85,6 +87,26 @@ def test_only_what_appears_after_the_start_is_counted(tmp_path):
     again = scrape(registry)
     assert value(again, "ocihook_containers_injected_total", route="precreate") == 1
     assert value(again, "ocihook_records", status="running") == 1
+
+
+def test_a_running_record_whose_process_is_gone_counts_as_orphaned(tmp_path):
+    """No poststop stage in the shipped registration: a record says running until the hook's
+    next sweep; the exporter reads it by liveness, as `ocihook audit` does."""
+    import subprocess
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid no longer runs
+    live, dead = "a" * 64, "b" * 64
+    (state / f"{live}.json").write_text(json.dumps(injection(live, "prestart", 0.02)))
+    body = injection(dead, "prestart", 0.02)
+    body["pid"], body["pid_start"] = gone.pid, None
+    (state / f"{dead}.json").write_text(json.dumps(body))
+    _, registry = collector(state)
+    got = scrape(registry)
+    assert value(got, "ocihook_records", status="running") == 1
+    assert value(got, "ocihook_records", status="orphaned") == 1
 
 
 def test_a_failure_record_is_what_the_runtime_was_told(tmp_path):

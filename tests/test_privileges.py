@@ -74,3 +74,32 @@ def test_bounding_set_is_read_without_proc():
         line = next(x for x in status if x.startswith("CapBnd:"))
     assert sum(1 << cap for cap in caps) == int(line.split()[1], 16)
     assert CAP_SYS_PTRACE in caps  # the test runs as root with a full bounding set
+
+
+def _drop_twice() -> str:
+    """In the child: everything dropped (CAP_SETPCAP too), then the bounding set again."""
+    privileges.drop_capabilities(())
+    try:
+        privileges.drop_bounding_set()
+    except OSError as error:
+        return error.strerror
+    return "ok"
+
+
+def _drop_without_setpcap() -> str:
+    """In the child: CAP_SETPCAP (8) gone from the effective set while the bounding set is
+    still full: dropping it must fail, not pass silently."""
+    privileges.clear_capabilities(keep=(CAP_SYS_ADMIN,))
+    try:
+        privileges.drop_bounding_set()
+    except OSError as error:
+        return error.strerror
+    return "ok"
+
+
+def test_dropping_an_empty_bounding_set_again_needs_no_capability():
+    """The bounding set is dropped capability by capability without reading it first; a
+    capability no longer in it is no error even without CAP_SETPCAP (a second drop), and
+    one still in it is."""
+    assert in_child(_drop_twice) == "ok"
+    assert in_child(_drop_without_setpcap) == "prctl(24): Operation not permitted"

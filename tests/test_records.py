@@ -1,5 +1,7 @@
-"""Records outlive the container: running -> exited at poststop, orphans found by the next
-prestart, pruning by age and count, and `ocihook audit` ties denials to exited containers.
+"""Records outlive the container: the shipped registration has no poststop stage, so a record
+says running until an injecting start's sweep finds its process gone (orphaned); with the
+poststop stage added (an admin's choice) it is marked exited with the exit time. Pruning by
+age and count, and `ocihook audit` ties denials to containers that are gone either way.
 All with real podman + runc containers."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from click.testing import CliRunner
 
 from ocihook.cli.audit import audit
-from ocihook.records import SWEEP_STAMP, process_start
+from ocihook.records import SWEEP_STAMP, is_running, process_start
 from tests.conftest import base_config
 from tests.support import podman
 
@@ -21,7 +23,16 @@ def read(path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_record_running_then_exited(hook_setup, image_busybox):
+def _with_poststop(hook_setup) -> None:
+    """The registration with the poststop stage added (not shipped: exact exit times)."""
+    podman.write_hooks_dir(
+        hook_setup.hooks_dir, hook_setup.hook, hook_setup.config, hook_setup.cache_dir,
+        poststop=True,
+    )  # fmt: skip
+
+
+def test_record_running_then_exited_with_the_poststop_stage(hook_setup, image_busybox):
+    _with_poststop(hook_setup)
     name = podman.unique_name("ocihook-i12-lifecycle")
     started = time.time()
     result = hook_setup.run(
@@ -52,27 +63,24 @@ def test_a_0755_state_dir_of_an_older_version_is_tightened(hook_setup, image_bus
     assert len(hook_setup.records()) == 1
 
 
-def _prestart_only(hook_setup) -> None:
-    """The hooks.d file without the poststop stage: as if poststop never ran."""
-    path = hook_setup.hooks_dir / "ocihook.json"
-    document = json.loads(path.read_text())
-    document["stages"] = ["prestart"]
-    path.write_text(json.dumps(document))
-
-
 def _sweep_due(hook_setup) -> None:
-    """The orphan sweep runs at most once a minute: make the last one a minute old."""
+    """The sweep runs at most once a minute: make the last one a minute old."""
     stamp = hook_setup.state_dir / SWEEP_STAMP
     old = time.time() - 61
     os.utime(stamp, (old, old))
 
 
-def test_orphan_marked_by_next_prestart(hook_setup, image_busybox):
-    _prestart_only(hook_setup)
+def test_a_gone_container_is_marked_by_the_next_injecting_start(hook_setup, image_busybox):
+    """The shipped registration (no poststop): the record says running, its process is gone
+    (liveness: pid and start time), and the next injecting start's sweep marks it."""
+    assert json.loads((hook_setup.hooks_dir / "ocihook.json").read_text())["stages"] == [
+        "createRuntime"
+    ]
     result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
     assert result.returncode == 0, result.stderr
     (orphan,) = hook_setup.records()
     assert read(orphan)["status"] == "running"  # no poststop came
+    assert not is_running(read(orphan))
     _sweep_due(hook_setup)
     before = time.time()
     result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
@@ -98,21 +106,24 @@ def test_sweep_leaves_a_live_container_running(hook_setup, image_busybox):
         assert read(live)["status"] == "running"
     finally:
         podman.remove(name)
-    assert read(live)["status"] == "exited"
+    assert read(live)["status"] == "running" and not is_running(read(live))
 
 
 def test_pruned_by_count(hook_setup, synth_root, image_busybox):
     config = base_config(hook_setup.dir, synth_root, records={"max_count": 2, "max_age": 3600})
     hook_setup.write_config(**config)
     ids = []
-    for _ in range(4):
+    for round_ in range(4):
+        if round_ == 3:
+            _sweep_due(hook_setup)  # the sweep runs at most once a minute
         result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
         assert result.returncode == 0, result.stderr
         newest = max(hook_setup.records(), key=lambda p: read(p)["created_at"])
         ids.append(newest.stem)
     left = {p.stem: read(p)["status"] for p in hook_setup.records()}
-    # the sweep at the 4th prestart kept the running one and the newest exited one
-    assert left == {ids[2]: "exited", ids[3]: "exited"}
+    # the sweep at the 4th prestart kept the newest two and marked the one whose process
+    # was gone; the older two (gone too) were surplus
+    assert left == {ids[2]: "orphaned", ids[3]: "running"}
 
 
 def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, image_busybox):
@@ -130,11 +141,12 @@ def test_pruned_by_age_but_never_a_running_container(hook_setup, synth_root, ima
         old = time.time() - 601
         for path in (live, exited):
             os.utime(path, (old, old))
+        _sweep_due(hook_setup)
         assert hook_setup.run(image_busybox, ["/bin/true"], devices="0").returncode == 0
         left = {p.stem: read(p)["status"] for p in hook_setup.records()}
         assert exited.stem not in left
         assert left[live.stem] == "running"
-        assert sorted(left.values()) == ["exited", "running"]
+        assert sorted(left.values()) == ["running", "running"]
     finally:
         podman.remove(name)
 
@@ -161,7 +173,25 @@ def _avc(when: float, pid: int, path: str) -> str:
     )
 
 
+def test_audit_ties_a_denial_to_a_container_gone_by_liveness(hook_setup, image_busybox, tmp_path):
+    """No poststop (the shipped registration): the record still says running, the audit
+    reads it as gone (its pid no longer runs) and ties a denial of its lifetime to it."""
+    result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
+    assert result.returncode == 0, result.stderr
+    (path,) = hook_setup.records()
+    body = read(path)
+    assert body["status"] == "running" and not is_running(body)
+    log = tmp_path / "audit.log"
+    log.write_text(_avc(body["created_at"] + 0.1, body["pid"], "/usr/bin/synth-smi"))
+    state = ["--json", "--state-dir", str(hook_setup.state_dir)]
+    out = CliRunner().invoke(audit, [*state, str(log)], catch_exceptions=False)
+    (finding,) = json.loads(out.output)["findings"]
+    assert finding["container"] == body["id"]
+    assert finding["injected"]["target"] == "/usr/bin/synth-smi"
+
+
 def test_audit_ties_a_denial_to_an_exited_container(hook_setup, image_busybox, tmp_path):
+    _with_poststop(hook_setup)
     result = hook_setup.run(image_busybox, ["/bin/true"], devices="0")
     assert result.returncode == 0, result.stderr
     (path,) = hook_setup.records()

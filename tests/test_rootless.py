@@ -116,7 +116,7 @@ def test_rootless_podman_runs_the_hook_from_its_default_hooks_dir(
     record = gated.record()
     assert record is not None, f"no record in {rootless_setup.state_dir}"
     assert record["rootless"]["host_uid"] == rootless_setup.user.uid
-    assert record["status"] == "exited"  # poststop, from the same file
+    assert record["status"] == "running"  # the shipped file has no poststop stage
     assert other.returncode == 127, other.stderr  # no synth-smi: the hook never ran
     assert other.record() is None
     assert not [name for name in other.stdout.split() if name.startswith("synth")]

@@ -219,3 +219,31 @@ def test_attach_verifies_and_rolls_back(tmp_path, mode):
 
     in_private_mount_ns(body)
     assert os.listdir(canary) == []
+
+
+@pytest.mark.root
+def test_a_source_swapped_for_a_link_after_planning_is_refused_not_followed(tmp_path):
+    """clone_sources resolves each source's directory in the source root and clones the file
+    from that directory's fd without following a link there: a planned library replaced by
+    a symlink (to a file inside the root, or to the host's /etc/shadow) is refused by the
+    type check, one line, and nothing is cloned."""
+    from ocihook.errors import OcihookError
+    from ocihook.plan.model import Mount, Plan
+
+    source = tmp_path / "src"
+    (source / "lib").mkdir(parents=True)
+    (source / "lib/other.so.1").write_text("another file of the driver")
+    for points_to in ("other.so.1", "/etc/shadow"):
+        link = source / "lib/libx.so.1"
+        link.unlink(missing_ok=True)
+        link.symlink_to(points_to)
+        src_fd = securepath.open_dir(str(source))
+        try:
+            plan = Plan("p", str(source), "/", "all", "/usr/lib64")
+            plan.mounts.append(
+                Mount("/lib/libx.so.1", str(link), "/usr/lib64/libx.so.1", "library")
+            )
+            with pytest.raises(OcihookError, match=r"libx\.so\.1"):
+                execute.clone_sources(plan, src_fd)
+        finally:
+            os.close(src_fd)

@@ -49,12 +49,14 @@ class SourceTree(Struct):
     """A source file ready to mount: a detached mount (new mount API), or with the classic
     API an O_PATH fd of the file itself, opened in the container's mount namespace."""
 
-    __slots__ = ("mount", "fd", "dev", "ino")
+    __slots__ = ("mount", "fd", "dev", "ino", "source_stat")
+    _defaults = {"source_stat": None}
 
     mount: Mount
     fd: int
     dev: int
     ino: int
+    source_stat: os.stat_result | None  # the fstat of the fd that was cloned (ld/known.py)
 
 
 def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.stat_result]:
@@ -82,7 +84,7 @@ def _clone(root_fd: int, inner: str, attrs: int, what: str) -> tuple[int, os.sta
 def _add_source(sources: list[SourceTree], m: Mount, fd: int, st: os.stat_result) -> None:
     """Append the source (so that it is closed on failure), then check it is still the kind
     of file that was planned."""
-    sources.append(SourceTree(m, fd, st.st_dev, st.st_ino))
+    sources.append(SourceTree(m, fd, st.st_dev, st.st_ino, st))
     if not is_source(m.kind, st.st_mode):
         raise OcihookError(f"source {m.host_path}: is no longer a {m.kind} file")
 
@@ -93,17 +95,58 @@ def _check_node(node: DeviceNode, st: os.stat_result) -> None:
 
 
 def clone_sources(plan: Plan, source_fd: int) -> list[SourceTree]:
-    """Detached read-only mounts of every planned file (host side, before setns)."""
+    """Detached read-only mounts of every planned file (host side, before setns). Each
+    planned source is a canonical in-root path (discovery resolved it): its directory is
+    resolved inside the source root once, and the file cloned from that directory's fd
+    without following a link there (a link swapped in since is refused by the type check,
+    never followed)."""
     trees: list[SourceTree] = []
+    dirs: dict[str, int] = {}
     try:
         for m in plan.mounts:
             attrs = new_api_attrs(m.flags)
-            tree, st = _clone(source_fd, m.source, attrs, f"source {m.host_path}")
+            what = f"source {m.host_path}"
+            tree, st = _clone_in_dir(dirs, source_fd, m.source, attrs, what)
             _add_source(trees, m, tree, st)
     except BaseException:
         close_trees(trees)
         raise
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
     return trees
+
+
+def _clone_in_dir(
+    dirs: dict[str, int], root_fd: int, inner: str, attrs: int, what: str
+) -> tuple[int, os.stat_result]:
+    """`_clone` of `inner` through its directory's fd (resolved in the root once: `dirs`)."""
+    if not inner.strip("/"):  # the root itself has no directory to clone it from
+        return _clone(root_fd, inner, attrs, what)
+    try:
+        parent, name = securepath.split(inner)
+        dir_fd = dirs.get(parent)
+        if dir_fd is None:
+            dir_fd = dirs[parent] = securepath.resolve(
+                root_fd, parent, flags=os.O_PATH | os.O_DIRECTORY
+            )
+    except OSError as error:
+        raise OcihookError(f"{what}: {error.strerror}") from None
+    try:
+        tree = syscalls.open_tree(
+            dir_fd,
+            name,
+            syscalls.AT_SYMLINK_NOFOLLOW | syscalls.OPEN_TREE_CLONE | syscalls.OPEN_TREE_CLOEXEC,
+        )
+    except OSError as error:
+        raise OcihookError(f"{what}: cannot clone for a bind mount: {error.strerror}") from None
+    try:
+        st = os.fstat(tree)
+        syscalls.mount_setattr(tree, attrs)
+    except OSError as error:
+        os.close(tree)
+        raise OcihookError(f"{what}: cannot set the mount's flags: {error.strerror}") from None
+    return tree, st
 
 
 def clone_device_nodes(plan: Plan, device_fd: int) -> dict[str, int]:
@@ -292,6 +335,11 @@ def execute(
             )
         else:
             writer.device_node(node)
+    writer.verify_dirs()
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def mount_kinds(mount: Mount) -> tuple[str, ...]:
@@ -381,6 +429,8 @@ class ContainerWriter:
         # directory it was resolved to, so a later rename or symlink swap cannot redirect it.
         self._dirs: dict[str, int] = {}
         self._dirs_on_root: set[int] = set()  # cached dir fds on the rootfs's own mount
+        self._to_verify: set[str] = set()  # dirs mounts were attached in (verify_dirs)
+        self._dir_mounts: dict[int, int] = {}  # cached dir fd -> its mount id
 
     def close(self) -> None:
         """Close the cached directory fds (the changes stay)."""
@@ -388,6 +438,7 @@ class ContainerWriter:
             os.close(fd)
         self._dirs.clear()
         self._dirs_on_root.clear()
+        self._dir_mounts.clear()
 
     def _as_owner(self, operation: Callable[..., None], *args: object) -> None:
         """Run `operation` creating files as the container's root: in a user namespace the
@@ -411,7 +462,14 @@ class ContainerWriter:
 
     def _may_create_in(self, dir_fd: int, path: str) -> None:
         """Refuse to create `path` in directory `dir_fd` on a file system the host shares."""
-        if dir_fd in self._dirs_on_root or securepath.mount_id(dir_fd) == self.root_mount:
+        if dir_fd in self._dirs_on_root:
+            return
+        mount = self._dir_mounts.get(dir_fd)
+        if mount is None:
+            mount = securepath.mount_id(dir_fd)
+            if dir_fd in self._dirs.values():  # a cached dir fd: its mount cannot change
+                self._dir_mounts[dir_fd] = mount
+        if mount == self.root_mount:
             return
         if os.fstat(dir_fd).st_dev in self.shared:
             raise OcihookError(
@@ -587,6 +645,9 @@ class ContainerWriter:
             raise OcihookError(f"container {path}: cannot mount {what}: {error.strerror}") from None
         finally:
             os.close(target)
+        if classic_flags is None:
+            self._landed(tree, path, expect)
+            return
         try:
             check = securepath.resolve(self.root_fd, path, follow_final=False)
         except OSError as error:
@@ -618,6 +679,49 @@ class ContainerWriter:
                 os.close(check)
         if expect is not None and (st.st_dev, st.st_ino) != expect:
             raise OcihookError(f"container {path}: the mount did not land where planned")
+
+    def _landed(self, tree: int, path: str, expect: tuple[int, int] | None) -> None:
+        """After a move_mount: the file at `path`, looked up in its parent directory's fd
+        (resolved in the root and cached: lookups cross mounts), is the planned source;
+        `verify_dirs` then checks once per directory that the root still resolves its
+        path to that fd's directory. The undo goes through the mount itself (the detached
+        tree's fd now names the attached mount), never through `path`."""
+        self._undo.append(
+            (
+                f"unmount {path}",
+                lambda: syscalls.umount2(securepath.fd_path(tree), syscalls.MNT_DETACH),
+            )
+        )
+        parent_fd, name = self._parent(path)
+        self._to_verify.add(securepath.split(path)[0])
+        try:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except OSError as error:
+            raise OcihookError(f"container {path}: gone after mounting: {error.strerror}") from None
+        if expect is not None and (st.st_dev, st.st_ino) != expect:
+            raise OcihookError(f"container {path}: the mount did not land where planned")
+
+    def verify_dirs(self) -> None:
+        """Each directory a mount was attached in (`_landed`) is still the one its path
+        names in the root: no component was swapped for another directory or a link."""
+        for parent in sorted(self._to_verify):
+            fd = self._dirs[parent]
+            try:
+                now = securepath.resolve(self.root_fd, parent)
+            except OSError as error:
+                raise OcihookError(
+                    f"container {parent}: gone after mounting: {error.strerror}"
+                ) from None
+            try:
+                same = _same_file(os.fstat(now), os.fstat(fd))
+            finally:
+                os.close(now)
+            if not same:
+                raise OcihookError(
+                    f"container {parent}: replaced while mounting: the mounts did not land "
+                    "where planned"
+                )
+        self._to_verify.clear()
 
     # -- links and nodes -------------------------------------------------
     def link(self, link: Link) -> None:

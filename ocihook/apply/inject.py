@@ -10,7 +10,6 @@ failure.
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 from ocihook import records as record
@@ -19,6 +18,7 @@ from ocihook.cgroups import grant
 from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError, describe
 from ocihook.ld import elf
+from ocihook.ld import known as ld_known
 from ocihook.linux import mountinfo, privileges, securepath
 from ocihook.pipeline import Planned, open_roots, plan_container
 from ocihook.plan.decide import CONTAINER, Decision, Target
@@ -150,9 +150,14 @@ def inject(
     return result
 
 
-def _raise_fd_limit() -> None:
+def _raise_fd_limit(files: int) -> None:
     """Two descriptors per injected file stay open until the end (the detached mount and
-    its undo handle): allow as many as the hard limit permits."""
+    its undo handle): allow as many as the hard limit permits where the soft limit (read
+    by sysconf, which spares importing `resource`, an extension module) may not do."""
+    if os.sysconf("SC_OPEN_MAX") >= 2 * files + 128:
+        return
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -181,12 +186,18 @@ class _Injection:
         self.edits: list[grant.DeviceEdit] = []
         self.ld_cache: str | None = None  # "native" or "ldconfig": how the ld cache was updated
         self.host_mounts: list | None = None  # mountinfo.Entry of our (the runtime's) namespace
+        self.state_fd = -1
+        # The libraries' ld cache entries: target -> source key, those of an earlier start,
+        # those read now (ld/known.py), stored again after the record when something was read.
+        self.ld_keys: dict[str, tuple] = {}
+        self.ld_known: dict[str, tuple] = {}
+        self.ld_learnt: dict[str, tuple] = {}
+        self.ld_clock = 0  # ld_known.clock() before the reads
 
     def _debug(self, line: str) -> None:
         self.log.debug(f"{self.container.id}: {line}")
 
     def run(self, request: DeviceRequest) -> dict:
-        _raise_fd_limit()
         container, config = self.container, self.config
         namespace = hook_namespace()  # rootless podman: the hook in the user's namespace
         target = Target(
@@ -201,6 +212,7 @@ class _Injection:
             with open_roots(config) as roots:
                 planned = plan_container(config, roots, request, target)
                 plan, decision = planned.plan, planned.decision
+                _raise_fd_limit(len(plan.mounts) + len(plan.devices))
                 self._debug(f"planned {len(plan.mounts)} mounts, {len(plan.devices)} devices")
                 for warning in plan.warnings:
                     self.log.info(f"{container.id}: warning: {warning}")
@@ -222,7 +234,7 @@ class _Injection:
                         config["ldconfig"]["path"], "ldconfig"
                     )
                 self.step = "state-dir"
-                state_fd = record.open_state_dir(config["state_dir"])
+                state_fd = self.state_fd = record.open_state_dir(config["state_dir"])
                 self.step = "cgroup"
                 self.host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
                 self._with_device_cgroup(plan, decision, roots)
@@ -230,7 +242,7 @@ class _Injection:
             if any(e.action == grant.PIN_ACTION for e in self.edits):
                 from ocihook.cgroups import pinned  # crun 1.23+ under systemd only
 
-                for unit in pinned.sweep():  # containers whose poststop stage never ran
+                for unit in pinned.sweep():  # units of containers that are gone (no poststop)
                     self._debug(f"removed the pinned device programs of {unit} (gone)")
             # Everything that needs privilege is done: what is left is writing our own files.
             privileges.drop_capabilities()
@@ -250,6 +262,15 @@ class _Injection:
                 time.monotonic() - self.started,
             )
             record.write_record(state_fd, config["state_dir"], container.id, body)
+            if self.ld_learnt:
+                entries = {**self.ld_known, **self.ld_learnt}
+                keys, before = self.ld_keys, self.ld_clock
+                stored = {
+                    keys[t]: e
+                    for t, e in entries.items()
+                    if t in keys and ld_known.settled(keys[t], before)
+                }
+                ld_known.save(state_fd, config["state_dir"], stored)
             settings = config["records"]
             record.sweep(state_fd, config["state_dir"], settings["max_age"], settings["max_count"])
             return body
@@ -333,6 +354,7 @@ class _Injection:
             try:
                 execute.execute(writer, todo, trees, self.node_sources, self.api)
                 if final.ld_writer is not None and self.ldconfig_fd is not None:
+                    self._known_libraries()
                     self.ld_cache = ldcache.update(
                         writer,
                         self.ldconfig_fd,
@@ -343,6 +365,8 @@ class _Injection:
                         uid,
                         gid,
                         self._debug,
+                        self.ld_known,
+                        self.ld_learnt,
                     )
                 self._debug(f"applied in {container.rootfs} (lib dir {final.lib_dir})")
             except BaseException:
@@ -354,6 +378,19 @@ class _Injection:
             self.final = final
         finally:
             os.close(root_fd)
+
+    def _known_libraries(self) -> None:
+        """The ld cache entries of the libraries mounted now that an earlier start read
+        (ld/known.py), by the identity of each source file that was cloned."""
+        self.ld_keys = {
+            s.mount.target: ld_known.key_of(s.source_stat)
+            for s in self.sources
+            if s.source_stat is not None and KINDS[s.mount.kind].lib_dir
+        }
+        self.ld_clock = ld_known.clock()
+        stored = ld_known.load(self.state_fd) if self.ld_keys else {}
+        found = {t: ld_known.entry(stored, k) for t, k in self.ld_keys.items()} if stored else {}
+        self.ld_known = {t: e for t, e in found.items() if e is not None}
 
     def _check_cuda_requirements(self, plan: Plan, roots: Roots) -> None:
         """The image's NVIDIA_REQUIRE_* against the host's driver and the selected GPUs, as

@@ -14,8 +14,6 @@ or following links (CVE-2025-23267); the hook creates the soname links itself.
 from __future__ import annotations
 
 import os
-import resource
-import select
 import time
 
 from ocihook.errors import OcihookError, describe
@@ -33,12 +31,14 @@ if TYPE_CHECKING:
 
 TIMEOUT_SECONDS = 10.0
 SIGKILL = 9  # the `signal` module would import enum on the hot path
+# The sandboxed ldconfig's limits, by `resource`'s names: that module (an extension, about
+# 0.25 ms) is imported only when the sandbox runs, before the fork (the chroot has no Python).
 LIMITS = {
-    resource.RLIMIT_CPU: 10,
-    resource.RLIMIT_AS: 1 << 30,
-    resource.RLIMIT_FSIZE: 64 << 20,
-    resource.RLIMIT_NOFILE: 256,
-    resource.RLIMIT_CORE: 0,
+    "RLIMIT_CPU": 10,
+    "RLIMIT_AS": 1 << 30,
+    "RLIMIT_FSIZE": 64 << 20,
+    "RLIMIT_NOFILE": 256,
+    "RLIMIT_CORE": 0,
 }
 
 
@@ -52,20 +52,24 @@ def update(
     uid: int = 0,
     gid: int = 0,
     debug: Callable[[str], None] | None = None,
+    known: dict | None = None,
+    learnt: dict | None = None,
 ) -> str:
     """Bring the container's ld cache up to date for the finalized `plan`'s libraries in its
     `ld_dirs`, the plan's way (`plan.ld_writer`); returns which way ran: "native" or
     "ldconfig" (the native writer falls back to the sandboxed ldconfig, the host's
     `ldconfig_path` open as `ldconfig_fd`, when it cannot be exact).
 
-    `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why."""
+    `writer` (apply.ContainerWriter) creates the file; `debug` logs one line saying why;
+    `known`, `learnt`: the libraries' entries of an earlier start, and those read now
+    (ld/native.library_entries, ld/known.py)."""
     ld_dirs = plan.ld_dirs
     why = "ldconfig.writer is ldconfig"
     libraries = [m.target for m in plan.mounts if KINDS[m.kind].lib_dir]
     compat = plan.cuda_compat
     first = compat["dir"] if compat and compat["use"] else None  # the image's CUDA compat dir
     if plan.ld_writer == "native":
-        why = _native(writer, root_fd, ld_dirs, libraries, first)
+        why = _native(writer, root_fd, ld_dirs, libraries, first, known, learnt)
         if why is None:
             if debug:
                 dirs = ([first] if first else []) + ld_dirs
@@ -88,6 +92,8 @@ def _native(
     ld_dirs: list[str],
     libraries: list[str],
     first: str | None = None,
+    known: dict | None = None,
+    learnt: dict | None = None,
 ) -> str | None:
     """Write the merged cache; None when done, else why the sandboxed ldconfig must run.
     A container /etc on a file system the host shares is an error (OcihookError), not a
@@ -98,7 +104,7 @@ def _native(
         return f"/etc: {describe(error)}"
     try:
         writer.may_create_in(etc_fd, native.CACHE)
-        data = native.build(root_fd, etc_fd, ld_dirs, libraries, first)
+        data = native.build(root_fd, etc_fd, ld_dirs, libraries, first, known, learnt)
         if isinstance(data, str):
             return data
         writer.replace_file(etc_fd, native.CACHE, data)
@@ -138,6 +144,7 @@ def _child(
     gid: int,
     errw: int,
     path: str,
+    resource,
 ):
     """Runs in the forked child; never returns."""
     try:
@@ -153,7 +160,7 @@ def _child(
         os.chroot(".")
         os.chdir("/")
         for limit, value in LIMITS.items():
-            resource.setrlimit(limit, (value, value))
+            resource.setrlimit(getattr(resource, limit), (value, value))
         privileges.drop_bounding_set()
         os.setgroups([])
         os.setgid(gid)
@@ -184,6 +191,9 @@ def update_cache(
     """Run ldconfig (the host's `path`, open as `ldconfig_fd`) for `dirs` inside the rootfs
     (`root_fd`, mounted at `rootfs` in the current mount namespace); raise OcihookError on
     failure."""
+    import resource
+    import select  # noqa: F401 - for _wait, imported before the fork like resource
+
     errr, errw = os.pipe2(os.O_CLOEXEC)
     outr, outw = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -192,7 +202,7 @@ def update_cache(
         os.close(outr)
         os.dup2(outw, 1)
         os.dup2(outw, 2)
-        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw, path)
+        _child(ldconfig_fd, root_fd, rootfs, dirs, uid, gid, errw, path, resource)
     os.close(errw)
     os.close(outw)
     try:
@@ -212,6 +222,8 @@ def update_cache(
 
 
 def _wait(pid: int, outr: int) -> tuple[bytes, int]:
+    import select
+
     deadline = time.monotonic() + TIMEOUT_SECONDS
     output = b""
     while True:

@@ -123,20 +123,18 @@ def config_edit(view: dict, sources: list[str]) -> dict:
     its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
     with the CDI spec's options, and its mknod nodes as `linux.devices` (their rules are the
     prestart stage's: the module's docstring)."""
-    from ocihook.cdi.spec import _mount
-    from ocihook.plan.model import additional_gids
+    from ocihook.plan.model import additional_gids, bind_options
 
     if len(sources) != len(view["mounts"]):
         raise RuntimeError(f"{len(sources)} sources for {len(view['mounts'])} mounts")
     mounts = []
     for m, source in zip(view["mounts"], sources):
-        cdi = _mount(m)
         mounts.append(
             {
-                "destination": cdi["containerPath"],
+                "destination": m["target"],
                 "type": "bind",
                 "source": source,
-                "options": cdi["options"],
+                "options": bind_options(m["flags"]),
             }
         )
     devices = [
@@ -204,4 +202,4 @@ def _list(obj: dict, key: str, where: str) -> list:
 
 
 def render(spec: dict) -> bytes:
-    return fastjson.dumps(spec, indent=0).replace("\n", "").encode() + b"\n"
+    return fastjson.dumps(spec, indent=None).encode() + b"\n"

@@ -19,7 +19,7 @@ import re
 
 from ocihook.errors import OcihookError
 from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL, PER_IMAGE
-from ocihook.plan.model import additional_gids
+from ocihook.plan.model import additional_gids, bind_options
 
 DEFAULT_VENDOR = "ocihook.io"
 # The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
@@ -63,12 +63,10 @@ def check_kind(kind: str) -> str:
 def _mount(m: dict) -> dict:
     """A plan mount as a CDI bind mount: the plan's flags, "bind" after the ones every
     mount has (read-only or read-write, nosuid, nodev), then noexec where the plan has it."""
-    flags = m["flags"]
-    options = [f for f in flags if f != "noexec"] + ["bind"] + [f for f in flags if f == "noexec"]
     return {
         "hostPath": m["host_path"],
         "containerPath": m["target"],
-        "options": options,
+        "options": bind_options(m["flags"]),
         "type": "bind",
     }
 

@@ -16,9 +16,10 @@ replaces the unit's BPFProgram= list by those copies. From the next reload on sy
 attaches the copies (systemd cannot change BPFProgram= of a running unit over D-Bus, "Cannot
 set property BPFProgram", but reads a unit's drop-ins at every reload, transient units
 included); until then the copy v2.py swapped in holds the grant. A `crun update` finds its own
-pin unchanged. The pins and the drop-in go when the container does (`remove`, from the
-poststop stage and the rollback) or, when that stage never ran, when its unit is gone
-(`sweep`). Measured with crun 1.28, systemd 262 and podman 5.8.6 (docs/cgroups.md).
+pin unchanged. The pins and the drop-in go after the container's unit is gone (`sweep`, at
+the next injection that pins: no process runs when a container stops), or at once on a
+rollback or at a poststop stage where an admin registered one (`remove`).
+Measured with crun 1.28, systemd 262 and podman 5.8.6 (docs/cgroups.md).
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ def remove(unit: str) -> list[str]:
 
 def sweep() -> list[str]:
     """Remove the pins and drop-ins of units that are gone (their transient unit file is,
-    systemd deletes it when it frees the unit): a container whose poststop stage never ran.
-    Returns the units swept."""
+    systemd deletes it when it frees the unit): containers that have stopped (the shipped
+    registration has no poststop stage). Returns the units swept."""
     try:
         names = os.listdir(UNIT_DIR)
     except OSError:

@@ -454,7 +454,3 @@ def _ocihook_rules(document: dict, result: HookFile) -> None:
                 "stages: both prestart and createRuntime: the runtime runs the hook twice at "
                 "the same point; keep createRuntime (prestart only for a runtime without it)"
             )
-        if "poststop" not in stages:
-            result.warnings.append(
-                "stages: no poststop: records of stopped containers are never marked exited"
-            )

@@ -72,6 +72,9 @@ class LibraryFinder:
         self.fallback = {64: profile["library_dirs"], 32: profile["library_dirs32"]}
         self.driver_dirs: dict[int, list[str]] = {64: [], 32: []}
         self._conf_dirs: list[str] | None = None
+        # (directory, pattern) -> candidates, listed once per plan: the driver version and
+        # the libraries section ask for the same pattern (callers never change the list).
+        self._candidates: dict[tuple[str, str], list[Candidate]] = {}
 
     def conf_dirs(self) -> list[str]:
         """The dirs of the source root's ld.so.conf (profile `ld_conf`), read once, and only
@@ -124,6 +127,12 @@ class LibraryFinder:
         ship libnvidia-tls twice, the one in tls/ for the new TLS ABI, which glibc's loader
         preferred (it searched tls/ first) and NVIDIA's tools select. It goes to the
         container's lib dir under its name, where any loader finds it."""
+        key = (directory, pattern)
+        if key not in self._candidates:
+            self._candidates[key] = self._candidates_uncached(directory, pattern)
+        return self._candidates[key]
+
+    def _candidates_uncached(self, directory: str, pattern: str) -> list[Candidate]:
         listing = self.roots.listing(self.roots.source_fd, directory)
         found = self._candidates_in(listing, directory, pattern)
         tls = listing.entries.get("tls")

@@ -111,13 +111,38 @@ def host_path(root: str, inner: str) -> str:
     return inner if root == "/" else root.rstrip("/") + inner
 
 
+class EntryType:
+    """What a listing knows of an entry: its file type, as `st_mode` type bits (the only
+    part of an lstat result that discovery reads from a listing)."""
+
+    __slots__ = ("st_mode",)
+
+    def __init__(self, st_mode: int) -> None:
+        self.st_mode = st_mode
+
+
+_REGULAR, _LINK, _DIR = EntryType(stat.S_IFREG), EntryType(stat.S_IFLNK), EntryType(stat.S_IFDIR)
+
+
+def _entry_type(entry: os.DirEntry) -> EntryType:
+    """The entry's type from the directory itself (getdents' d_type: no lstat per entry);
+    an lstat only for other types, or where the file system does not say."""
+    if entry.is_symlink():
+        return _LINK
+    if entry.is_file(follow_symlinks=False):
+        return _REGULAR
+    if entry.is_dir(follow_symlinks=False):
+        return _DIR
+    return EntryType(stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode))
+
+
 class Listing:
-    """One directory of the source root, listed once: name -> lstat result. Its fd stays
-    open (Roots closes it) for reading the links in it."""
+    """One directory of the source root, listed once: name -> its file type (EntryType).
+    Its fd stays open (Roots closes it) for reading the links in it."""
 
     def __init__(self, root_fd: int, path: str) -> None:
         self.path = path
-        self.entries: dict[str, os.stat_result] = {}
+        self.entries: dict[str, EntryType] = {}
         self.fd = -1
         self.real = ""  # the directory's canonical host path
         try:
@@ -127,7 +152,7 @@ class Listing:
         try:
             with os.scandir(fd) as it:
                 for entry in it:
-                    self.entries[entry.name] = entry.stat(follow_symlinks=False)
+                    self.entries[entry.name] = _entry_type(entry)
             self.real = os.readlink(securepath.fd_path(fd))
         except BaseException:
             os.close(fd)
@@ -155,7 +180,15 @@ class Listing:
     def match(self, pattern: str) -> list[str]:
         if not is_glob(pattern):
             return [pattern] if pattern in self.entries else []
-        return sorted(name for name in self.entries if glob_match(name, pattern))
+        if "[" in pattern or "?" in pattern:
+            return sorted(name for name in self.entries if glob_match(name, pattern))
+        # Stars only (the profiles' kind): the pattern's literal head and tail filter first.
+        head, tail = pattern.split("*", 1)[0], pattern.rsplit("*", 1)[1]
+        return sorted(
+            name
+            for name in self.entries
+            if name.startswith(head) and name.endswith(tail) and glob_match(name, pattern)
+        )
 
 
 def resolve_final(root_fd: int, path: str) -> tuple[str, os.stat_result] | None:

@@ -61,14 +61,21 @@ def _entry(found: elf.Library | str, name: str) -> tuple[bytes, int] | str:
     return f"ELF machine {found.machine}"
 
 
-def library_entries(root_fd: int, ld_dirs: list[str], targets: list[str]) -> list | str:
+def library_entries(
+    root_fd: int,
+    ld_dirs: list[str],
+    targets: list[str],
+    known: dict[str, tuple[bytes, int]] | None = None,
+    learnt: dict[str, tuple[bytes, int]] | None = None,
+) -> list | str:
     """The entries ldconfig -X would add for the injected libraries `targets` (container
     paths) in `ld_dirs`, in ldconfig's order (directory by directory); or why not.
 
     An entry is keyed by the library's DT_SONAME and names `<dir>/<soname>`: when nothing
     of that name is in the dir (the plan's soname link has another name), the library
     would not load; that is an OcihookError, not a reason (ldconfig would write the same
-    entry)."""
+    entry). `known`: (soname, flags) of targets read at an earlier start (ld/known.py: the
+    same source file, by its identity), not read again; `learnt` gets those read now."""
     entries: list[cachefile.FullEntry] = []
     seen = set()
     for directory in ld_dirs:
@@ -83,9 +90,14 @@ def library_entries(root_fd: int, ld_dirs: list[str], targets: list[str]) -> lis
             return f"{directory}: {error.strerror}"
         try:
             for name in names:
-                found = _entry_at(dir_fd, name)
-                if isinstance(found, str):
-                    return f"{prefix}{name}: {found}"
+                target = prefix + name
+                found = known.get(target) if known else None
+                if found is None:
+                    found = _entry_at(dir_fd, name)
+                    if isinstance(found, str):
+                        return f"{target}: {found}"
+                    if learnt is not None:
+                        learnt[target] = found
                 key, flags = found
                 if key != name.encode() and not _present(dir_fd, key):
                     raise OcihookError(
@@ -180,10 +192,17 @@ def compat_entries(root_fd: int, directory: str) -> list:
 
 
 def build(
-    root_fd: int, etc_fd: int, ld_dirs: list[str], targets: list[str], first: str | None = None
+    root_fd: int,
+    etc_fd: int,
+    ld_dirs: list[str],
+    targets: list[str],
+    first: str | None = None,
+    known: dict | None = None,
+    learnt: dict | None = None,
 ) -> bytes | str:
     """The merged cache's bytes, or why the native writer cannot be exact. `first`: a dir
-    of the image whose libraries come before everything (the CUDA compat dir)."""
+    of the image whose libraries come before everything (the CUDA compat dir); `known`,
+    `learnt`: library_entries'."""
     if os.uname().machine != "x86_64":
         return f"machine {os.uname().machine}"
     data = read_cache(etc_fd)
@@ -193,7 +212,7 @@ def build(
         image = cachefile.parse_for_merge(data)
     except cachefile.NotExact as error:
         return f"the image's /etc/ld.so.cache: {error}"
-    ours = library_entries(root_fd, ld_dirs, targets)
+    ours = library_entries(root_fd, ld_dirs, targets, known, learnt)
     if isinstance(ours, str):
         return ours
     if first is not None:

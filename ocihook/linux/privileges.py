@@ -61,10 +61,30 @@ def bounding_set() -> list[int]:
 
 
 def drop_bounding_set(keep: tuple[int, ...] = ()) -> None:
-    """Remove every capability but `keep` from the bounding set (needs CAP_SETPCAP)."""
-    for cap in bounding_set():
+    """Remove every capability but `keep` from the bounding set (needs CAP_SETPCAP): each one
+    up to the kernel's last (EINVAL), without reading the set first (dropping one that is
+    not in it changes nothing): one prctl per capability, at every container start."""
+    cap = 0
+    while True:
         if cap not in keep:
-            _prctl(PR_CAPBSET_DROP, cap)
+            try:
+                _prctl(PR_CAPBSET_DROP, cap)
+            except OSError as error:
+                if error.errno == errno.EINVAL:
+                    return
+                if error.errno != errno.EPERM:
+                    raise
+                # Without CAP_SETPCAP (the kernel checks it first): an error only for a
+                # capability still in the set; past the kernel's last one, done.
+                try:
+                    still_in_set = _prctl(PR_CAPBSET_READ, cap)
+                except OSError as read_error:
+                    if read_error.errno == errno.EINVAL:
+                        return
+                    raise
+                if still_in_set:
+                    raise
+        cap += 1
 
 
 def clear_capabilities(keep: tuple[int, ...] = ()) -> None:

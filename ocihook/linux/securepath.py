@@ -152,10 +152,14 @@ def _walk(root_fd: int, path: str, follow_final: bool) -> int:
 
 def mount_id(fd: int) -> int:
     """The id of the mount that `fd` is on (as in /proc/self/mountinfo)."""
-    with open(f"/proc/self/fdinfo/{fd}") as info:
-        for line in info:
-            if line.startswith("mnt_id:"):
-                return int(line.split()[1])
+    info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(info, 4096)  # a few short lines (pos, flags, mnt_id, ino, ...)
+    finally:
+        os.close(info)
+    for line in data.split(b"\n"):
+        if line.startswith(b"mnt_id:"):
+            return int(line.split()[1])
     raise OSError(errno.ENOTSUP, "no mnt_id in fdinfo")
 
 
@@ -219,6 +223,11 @@ def mkdirs(
 
 def split(path: str) -> tuple[str, str]:
     """("/parent", "name") of an absolute in-root path; the name is never empty."""
+    if path[:1] == "/" and "//" not in path and "/." not in path and path[-1] != "/":
+        # Already canonical (the plan's paths, at every file a start makes): no component
+        # is empty, ".", ".." or hidden, so the last "/" splits it as the loop below would.
+        at = path.rfind("/")
+        return path[:at] or "/", path[at + 1 :]
     parts = _components(path)
     if not parts or parts[-1] == "..":
         raise OSError(errno.EINVAL, "not a file path", path)

@@ -6,9 +6,11 @@ Counters count the records that appear after the exporter started (those already
 its baseline), so a restarted exporter starts from zero as Prometheus expects of a counter,
 never from a history it cannot know whole (records are pruned by age and count). The
 records' status (running, exited, orphaned) and the devices running containers hold are a
-snapshot of the dir at each refresh. A record is read again only when it changed (its inode,
-size or mtime); one that cannot be read is an error of this refresh, counted by the caller,
-and tried again at the next.
+snapshot of the dir at each refresh; a record that says running whose process is gone (pid
+and start time: `records.is_running`) counts as orphaned, as `ocihook audit` reads it (the
+shipped registration has no poststop stage: the hook marks it at its next sweep). A record
+is read again only when it changed (its inode, size or mtime); one that cannot be read is an
+error of this refresh, counted by the caller, and tried again at the next.
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ class HookStats:
         self.held = set()
         for body in self.bodies.values():
             status = _word(body.get("status"), records.RUNNING)
+            if status == records.RUNNING and not records.is_running(body):
+                status = records.ORPHANED  # gone, not yet swept (no poststop stage)
             self.status[status] = self.status.get(status, 0) + 1
             if status != records.RUNNING:
                 continue

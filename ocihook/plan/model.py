@@ -80,6 +80,13 @@ class DeviceNode(Struct):
         return DeviceRule(self.type, self.major, self.minor, self.access)
 
 
+def bind_options(flags) -> list[str]:
+    """A plan mount's flags as the options of an OCI or CDI bind mount: the ones every
+    mount has (read-only or read-write, nosuid, nodev), "bind", then noexec where the plan
+    has it (the CDI spec and the precreate stage's config write the same)."""
+    return [f for f in flags if f != "noexec"] + ["bind"] + [f for f in flags if f == "noexec"]
+
+
 def additional_gids(nodes: list) -> list[int]:
     """The groups a container's processes need to open `nodes` (DeviceNode, or their
     executor view's dicts) as a non-root user, as NVIDIA's toolkit 1.19 gives them (CDI

@@ -186,6 +186,22 @@ def leftovers(container_id: str) -> list[str]:
     return left + ([str(dropin)] if dropin.exists() else [])
 
 
+def swept_after_next_start(container_id: str, runtime: str) -> tuple[list[str], list[str]]:
+    """(what a removed container left, what is still left after the next injecting start):
+    the shipped registration has no poststop stage, so crun 1.23+'s pins and drop-in of a
+    removed container go at the next injection that pins (cgroups/pinned.sweep: its unit
+    is gone). Under the same route and manager as the container's."""
+    left = leftovers(container_id)
+    if not left:
+        return [], []
+    sh(
+        ["podman", "--runtime", runtime, "run", "--rm", *RUN_FLAGS]
+        + ["--annotation", f"{ANNOTATION}=all", IMAGE, "true"],
+        300,
+    )
+    return left, leftovers(container_id)
+
+
 # -- checks -------------------------------------------------------------------------------
 
 
@@ -269,7 +285,8 @@ def durable(route: str, runtime: str, manager: str = "systemd") -> tuple[bool, s
     """One container on `route` with `runtime` under `manager`: every node from `podman
     exec` at each step; podman update's exit status; config.json's device rules unchanged by
     the update (podman's own list, both times) and its nodes the runtime's (precreate); what
-    the scope holds after the reload; nothing of ours left after `podman rm`."""
+    the scope holds after the reload; nothing of ours left once the next injecting start has
+    run after `podman rm` (no poststop stage: the sweep removes a gone unit's pins)."""
     use_precreate(route == "precreate")
     use_cgroupfs(manager == "cgroupfs")
     name = f"today-{route}-{runtime}-{manager}"
@@ -308,11 +325,11 @@ def durable(route: str, runtime: str, manager: str = "systemd") -> tuple[bool, s
         smi_after = sh(["podman", "exec", name, "/usr/bin/synth-smi"], 180)
     finally:
         sh(["podman", "rm", "-f", "-t", "0", name], 300)
+        removed, left = swept_after_next_start(container_id, runtime) if container_id else ([], [])
         use_precreate(False)
         use_cgroupfs(False)
-        left = leftovers(container_id) if container_id else []
         evidence += [f"{step}: {found}" for step, found in steps.items()]
-        evidence.append(f"left after podman rm: {left}")
+        evidence.append(f"left after podman rm: {removed}; after the next start: {left}")
         save(f"durable-{route}-{manager}@{runtime}.out", "\n".join(evidence) + "\n")
     want = nodes()
     survived = {step: found == want for step, found in steps.items()}
@@ -335,7 +352,7 @@ def durable(route: str, runtime: str, manager: str = "systemd") -> tuple[bool, s
     if not runtime_made:
         problems.append(f"config.json linux.devices {sorted(made)}")
     if left:
-        problems.append(f"left after podman rm: {left}")
+        problems.append(f"left after podman rm and the next injecting start: {left}")
     if not (smi_ok(smi.stdout) and smi_ok(smi_after.stdout)):
         problems.append("synth-smi did not load libsynth and open every node")
     claimed = CLAIMS.get((runtime, manager), {}).get("update")

@@ -25,10 +25,12 @@ def write_hooks_dir(
     cache_dir: Path,
     gate: str = "annotation",
     precreate: bool = False,
+    poststop: bool = False,
 ) -> Path:
     """A hooks.d dir like the shipped one, pointing at `hook` with `config`; with
     `precreate`, also the precreate registration (hooks.d/ocihook-precreate.json, a file of
-    its own: podman only)."""
+    its own: podman only); with `poststop`, the poststop stage too (not shipped: records end
+    by liveness, docs/audit.md; an admin may add it for exact exit times)."""
     hooks_dir.mkdir(parents=True, exist_ok=True)
     when = (
         {"annotations": {r"^ocihook\.io/devices$": ".+"}}
@@ -44,11 +46,11 @@ def write_hooks_dir(
             "timeout": 30,
         },
         "when": when,
-        "stages": ["createRuntime", "poststop"],
+        "stages": ["createRuntime", "poststop"] if poststop else ["createRuntime"],
     }
     (hooks_dir / "ocihook.json").write_text(json.dumps(document, indent=2))
     if precreate:
-        document = dict(document, stages=["precreate"])
+        document = dict(document, stages=["precreate"])  # never with poststop
         document["hook"] = dict(document["hook"])
         document["hook"]["args"] = [
             "ocihook-hook", "--stage", "precreate", *document["hook"]["args"][1:]
