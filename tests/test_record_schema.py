@@ -33,7 +33,18 @@ def _plan() -> Plan:
         links=[Link("/usr/lib64/libx.so", "libx.so.1")],
         devices=[node],
     )
-    return finalize(plan, Decision(None, None, "mknod", LABEL, None, True, ()))
+    return finalize(
+        plan,
+        Decision(
+            lib_dir=None,
+            lib_dir32=None,
+            node_strategy="mknod",
+            file_label=LABEL,
+            ld_writer=None,
+            device_cgroup=True,
+            probe=(),
+        ),
+    )
 
 
 def test_written_record_reads_back_in_the_audit():

@@ -14,11 +14,8 @@ import pytest
 from ocihook.config.compiled import DEFAULTS
 from ocihook.errors import OcihookError
 from ocihook.plan.decide import (
-    CLI,
-    CONTAINER,
     MOUNT_LABEL,
     NO_LABEL,
-    STATIC,
     Target,
     carried_decision,
     decide,
@@ -73,7 +70,7 @@ def _image(root: Path, *dirs: str, files: tuple[str, ...] = ()) -> int:
 
 
 def test_container_target_leaves_lib_dir_and_loader_to_the_image(tmp_path):
-    container = Target(CONTAINER, False, None, None, True)
+    container = Target.container(False, None)
     decision = decide(_config(), container, _plan())
     assert decision.probe == ("lib_dir", "glibc")
     assert (decision.node_strategy, decision.ld_writer, decision.device_cgroup) == (
@@ -113,7 +110,7 @@ def test_container_target_leaves_lib_dir_and_loader_to_the_image(tmp_path):
 
 
 def test_user_namespace_binds_nodes(tmp_path):
-    decision = decide(_config(), Target(CONTAINER, True, None, None, True), _plan())
+    decision = decide(_config(), Target.container(True, None), _plan())
     assert decision.node_strategy == "bind"
     root = _image(tmp_path / "r", "/usr/lib64")
     try:
@@ -128,8 +125,8 @@ def test_rootless_hook_binds_nodes_and_leaves_the_device_cgroup(userns):
     """The hook in a user namespace (rootless podman): no mknod, no cgroup edit, whether
     or not the container's config has a user namespace of its own (keep-id); the rest as
     for root."""
-    rootless = decide(_config(), Target(CONTAINER, userns, None, None, True, True), _plan())
-    root = decide(_config(), Target(CONTAINER, userns, None, None, True), _plan())
+    rootless = decide(_config(), Target.container(userns, None, rootless=True), _plan())
+    root = decide(_config(), Target.container(userns, None), _plan())
     assert (rootless.node_strategy, rootless.device_cgroup) == ("bind", False)
     assert root.device_cgroup is True
     assert (rootless.lib_dir, rootless.ld_writer, rootless.probe, rootless.file_label) == (
@@ -142,51 +139,53 @@ def test_rootless_hook_binds_nodes_and_leaves_the_device_cgroup(userns):
 
 def test_config_lib_dir_wins_over_the_image_and_the_command_line_over_both():
     config = _config(container={"lib_dir": "/opt/lib"})
-    decision = decide(config, Target(CONTAINER, image=True), _plan())
+    decision = decide(config, Target.container(False, None), _plan())
     assert (decision.lib_dir, decision.lib_dir32, decision.probe) == (
         "/opt/lib",
         "/usr/lib",
         ("glibc",),
     )
-    decision = decide(config, Target(CLI, lib_dir="/usr/lib", image=True), _plan())
+    decision = decide(config, Target.command_line(lib_dir="/usr/lib", image=True), _plan())
     assert (decision.lib_dir, decision.lib_dir32) == ("/usr/lib", "/usr/lib32")
     with pytest.raises(OcihookError, match="lib_dir lib: must be an absolute path"):
-        decide(config, Target(CLI, lib_dir="lib"), _plan())
+        decide(config, Target.command_line(lib_dir="lib"), _plan())
 
 
 def test_cli_without_an_image_keeps_the_placeholder():
-    decision = decide(_config(), Target(CLI), _plan())
+    decision = decide(_config(), Target.command_line(), _plan())
     assert (decision.lib_dir, decision.probe) == (None, ())
     final = finalize(_plan(), decision)
     assert (final.lib_dir, final.placeholder) == ("/usr/lib64", True)
-    decision = decide(_config(container={"lib_dir": "/x"}), Target(CLI, lib_dir="auto"), _plan())
+    decision = decide(
+        _config(container={"lib_dir": "/x"}), Target.command_line(lib_dir="auto"), _plan()
+    )
     assert decision.lib_dir is None  # --lib-dir auto: the placeholder, whatever the config says
 
 
 def test_static_target_takes_the_source_layout_and_the_sandboxed_ldconfig():
-    decision = decide(_config(), Target(STATIC), _plan())
+    decision = decide(_config(), Target.static(), _plan())
     assert (decision.lib_dir, decision.ld_writer, decision.device_cgroup, decision.probe) == (
         MULTIARCH,
         "ldconfig",
         False,
         (),
     )
-    assert decide(_config(), Target(STATIC), _plan(libraries=False)).lib_dir == "/usr/lib64"
+    assert decide(_config(), Target.static(), _plan(libraries=False)).lib_dir == "/usr/lib64"
 
 
 def test_ld_cache_only_with_libraries_and_when_enabled():
-    assert decide(_config(), Target(CLI), _plan(libraries=False)).ld_writer is None
+    assert decide(_config(), Target.command_line(), _plan(libraries=False)).ld_writer is None
     off = _config(ldconfig={"enabled": False})
-    assert decide(off, Target(CLI), _plan()).ld_writer is None
+    assert decide(off, Target.command_line(), _plan()).ld_writer is None
     sandboxed = _config(ldconfig={"writer": "ldconfig"})
-    assert decide(sandboxed, Target(CLI), _plan()).ld_writer == "ldconfig"
+    assert decide(sandboxed, Target.command_line(), _plan()).ld_writer == "ldconfig"
 
 
 def test_file_label_rules():
     """No SELinux LSM runs here (selinux_enabled() is False): `auto` labels nothing for a
     container at hand, `ocihook plan` shows what the config sets."""
     mount_label = "system_u:object_r:container_file_t:s0:c1,c2"
-    container = Target(CONTAINER, False, mount_label, None, True)
+    container = Target.container(False, mount_label)
     label = "system_u:object_r:container_file_t:s0"
     assert decide(_config(), container, _plan()).file_label is None
     enabled = _config(selinux={"mode": "enabled"})
@@ -197,7 +196,10 @@ def test_file_label_rules():
     )
     disabled = _config(selinux={"mode": "disabled", "label": label})
     assert decide(disabled, container, _plan()).file_label is None
-    assert decide(_config(selinux={"label": label}), Target(CLI), _plan()).file_label == label
+    assert (
+        decide(_config(selinux={"label": label}), Target.command_line(), _plan()).file_label
+        == label
+    )
 
 
 def test_label_choice_is_what_a_cdi_spec_carries(tmp_path):
@@ -206,7 +208,7 @@ def test_label_choice_is_what_a_cdi_spec_carries(tmp_path):
     carried_decision turns it into the file label for the container at hand, reading no
     config; the ld cache writer goes through as the spec says."""
     label = "system_u:object_r:container_ro_file_t:s0"
-    static = Target(STATIC)
+    static = Target.static()
     assert label_choice(_config()["selinux"], static) == NO_LABEL  # auto, no SELinux here
     assert label_choice(_config(selinux={"mode": "enabled"})["selinux"], static) == MOUNT_LABEL
     fixed = _config(selinux={"mode": "enabled", "label": label})["selinux"]
@@ -214,11 +216,11 @@ def test_label_choice_is_what_a_cdi_spec_carries(tmp_path):
     off = _config(selinux={"mode": "disabled", "label": label})["selinux"]
     assert label_choice(off, static) == NO_LABEL
     mount_label = "system_u:object_r:container_file_t:s0:c1,c2"
-    container = Target(STATIC, False, mount_label, None, True)
+    container = Target.spec_container(False, mount_label)
     assert carried_decision(NO_LABEL, None, container).file_label is None
     assert carried_decision(MOUNT_LABEL, None, container).file_label == mount_label
     assert carried_decision(label, None, container).file_label == label
-    assert carried_decision(MOUNT_LABEL, None, Target(STATIC)).file_label is None
+    assert carried_decision(MOUNT_LABEL, None, Target.static()).file_label is None
     cache = carried_decision(NO_LABEL, "ldconfig", container)
     assert (cache.ld_writer, cache.probe, cache.device_cgroup) == ("ldconfig", ("glibc",), False)
     root_fd = os.open(tmp_path, os.O_PATH)

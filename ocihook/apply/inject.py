@@ -21,7 +21,7 @@ from ocihook.ld import elf
 from ocihook.ld import known as ld_known
 from ocihook.linux import mountinfo, privileges, securepath
 from ocihook.pipeline import Planned, open_roots, plan_container
-from ocihook.plan.decide import CONTAINER, Decision, Target
+from ocihook.plan.decide import Decision, Target
 from ocihook.plan.kinds import KINDS, LABEL_WRITABLE, Kind
 from ocihook.plan.model import Plan
 from ocihook.request.state import hook_namespace
@@ -200,9 +200,7 @@ class _Injection:
     def run(self, request: DeviceRequest) -> dict:
         container, config = self.container, self.config
         namespace = hook_namespace()  # rootless podman: the hook in the user's namespace
-        target = Target(
-            CONTAINER, container.userns, container.mount_label, None, True, namespace.rootless
-        )
+        target = Target.container(container.userns, container.mount_label, namespace.rootless)
         if namespace.rootless:
             from ocihook.request import rootless
 

@@ -83,11 +83,11 @@ def plan_edit(container, config: dict, request) -> dict:
     from ocihook.discover.roots import in_root
     from ocihook.linux import securepath
     from ocihook.pipeline import open_roots, plan_container
-    from ocihook.plan.decide import PRECREATE, Target
+    from ocihook.plan.decide import Target
     from ocihook.plan.model import executor_view
 
     log = records.Log(config["log"]["target"], config["log"]["debug"])
-    target = Target(PRECREATE, container.userns, container.mount_label, None, True, False)
+    target = Target.precreate(container.userns, container.mount_label)
     with open_roots(config) as roots:
         planned = plan_container(config, roots, request, target)
         try:

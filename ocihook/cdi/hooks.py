@@ -31,7 +31,6 @@ from ocihook.ld.elf import open_static_executable
 from ocihook.linux import mountinfo, namespaces
 from ocihook.plan.decide import (
     NO_LABEL,
-    STATIC,
     Decision,
     Target,
     carried_decision,
@@ -131,7 +130,7 @@ def _decision(
     container's mount label.
     Where the spec says nothing (LEGACY: a spec of an earlier release), plan.decide with
     the defaults' `selinux` and `ldconfig` sections decides, as that release did."""
-    target = Target(STATIC, container.userns, container.mount_label, None, True)
+    target = Target.spec_container(container.userns, container.mount_label)
     if label is not LEGACY or ld_writer is not LEGACY:
         return carried_decision(
             NO_LABEL if label is LEGACY else label,  # type: ignore[arg-type]

@@ -99,7 +99,7 @@ def generate(
     from ocihook.cdi import spec as cdispec
     from ocihook.config.compiled import compile_config
     from ocihook.pipeline import finalized_plan
-    from ocihook.plan.decide import STATIC, Target, label_choice
+    from ocihook.plan.decide import Target, label_choice
     from ocihook.plan.model import executor_view
     from ocihook.request.parse import parse_request
 
@@ -117,7 +117,7 @@ def generate(
     specs = []  # (kind, spec)
     if kind is None or kind != imex_kind:
         request = parse_request("all", "cdi generate")
-        target = Target(STATIC, lib_dir=lib_dir)
+        target = Target.static(lib_dir)
         plan = finalized_plan(config, request, target, verify=True, describe="strict")
         gpu_kind = kind or cdispec.default_kind(profile["name"], profile["devices"].get("cdi_kind"))
         label = cdispec.parse_label(label_choice(config["selinux"], target))  # as cdi-hook reads it

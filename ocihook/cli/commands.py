@@ -119,7 +119,7 @@ def plan(
     hook resolves them.
     """
     from ocihook.pipeline import finalized_plan
-    from ocihook.plan.decide import CLI, Target
+    from ocihook.plan.decide import Target
     from ocihook.plan.model import executor_view
     from ocihook.plan.text import format_plan
     from ocihook.request.parse import parse_capabilities, parse_request
@@ -137,7 +137,7 @@ def plan(
 
         request.imex = parse_channels(imex_channels, "--imex-channels")
         request.imex_origin = "--imex-channels"
-    target = Target(CLI, userns, None, lib_dir, bool(rootfs))
+    target = Target.command_line(userns, lib_dir, image=bool(rootfs))
     result = finalized_plan(config, request, target, rootfs=rootfs, verify=True, describe="plan")
     if as_json:
         emit_json(executor_view(result))
@@ -325,14 +325,14 @@ def _check_cache_dir(cache_dir: str, warn) -> None:
 
 def _check_driver(config: dict, ok, bad, warn) -> None:
     from ocihook.pipeline import open_roots, plan_container
-    from ocihook.plan.decide import CLI, Target
+    from ocihook.plan.decide import Target
     from ocihook.request.parse import parse_request
 
     try:
         with open_roots(config) as roots:
             request = parse_request("all", "check")
             planned = plan_container(
-                config, roots, request, Target(CLI), verify=True, describe="plan"
+                config, roots, request, Target.command_line(), verify=True, describe="plan"
             )
         result = planned.plan
         version = (

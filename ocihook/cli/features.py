@@ -85,7 +85,7 @@ def collect(
         from ocihook.discover.devices import available_devices
         from ocihook.discover.facts import gather
         from ocihook.pipeline import open_roots, plan_container
-        from ocihook.plan.decide import CLI, Target
+        from ocihook.plan.decide import Target
         from ocihook.request.parse import parse_request
 
         config, _ = compile_config(config_path)
@@ -94,7 +94,7 @@ def collect(
         with open_roots(config) as roots:
             labels["devices"] = str(len(available_devices(roots, profile["devices"])))
             request = parse_request("all", "features")
-            plan = plan_container(config, roots, request, Target(CLI)).plan
+            plan = plan_container(config, roots, request, Target.command_line()).plan
             found = gather(config, roots, plan)
         if plan.driver_version:
             labels["driver-version"] = label_value(plan.driver_version)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ocihook.deviceplugin.topology import numa_node
 from ocihook.errors import OcihookError
 from ocihook.pipeline import open_roots, plan_container
-from ocihook.plan.decide import STATIC, Target
+from ocihook.plan.decide import Target
 from ocihook.plan.model import DeviceNode
 from ocihook.request.parse import parse_request
 from ocihook.structs import Struct
@@ -98,7 +98,7 @@ def take_inventory(config: dict, host_root: str = "/") -> Inventory:
             config[key] = under(host_root, config[key])
     request = parse_request("all", "device plugin")
     with open_roots(config) as roots:
-        plan = plan_container(config, roots, request, Target(STATIC), describe="plan").plan
+        plan = plan_container(config, roots, request, Target.static(), describe="plan").plan
         by_path = {node.path: node for node in plan.devices}
         numbers = {device.index: device.number for device in plan.device_list}
         devices: list[PluginDevice] = []

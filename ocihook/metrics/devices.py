@@ -68,14 +68,14 @@ def read_facts(config: dict, host_root: str) -> tuple[dict[int, dict], str | Non
     """index -> the device's facts, and why some could not be read (None: all were)."""
     from ocihook.discover.facts import gather
     from ocihook.pipeline import open_roots, plan_container
-    from ocihook.plan.decide import CLI, Target
+    from ocihook.plan.decide import Target
     from ocihook.request.parse import parse_request
 
     config = _under(config, host_root)
     try:
         with open_roots(config) as roots:
             request = parse_request("all", "exporter")
-            plan = plan_container(config, roots, request, Target(CLI)).plan
+            plan = plan_container(config, roots, request, Target.command_line()).plan
             found = gather(config, roots, plan)
     except OcihookError as error:
         return {}, str(error)

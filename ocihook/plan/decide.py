@@ -73,6 +73,36 @@ class Target(Struct):
     # hook's own uid_map, never the container's config): no mknod, no device cgroup edit.
     rootless: bool
 
+    @classmethod
+    def container(cls, userns: bool, mount_label: str | None, rootless: bool = False) -> Target:
+        """A container at hand (the prestart stage): its rootfs is there to probe."""
+        return cls(CONTAINER, userns, mount_label, None, True, rootless)
+
+    @classmethod
+    def precreate(cls, userns: bool, mount_label: str | None) -> Target:
+        """A container's proposed OCI config (podman's precreate stage): its root is mounted."""
+        return cls(PRECREATE, userns, mount_label, None, True, False)
+
+    @classmethod
+    def spec_container(cls, userns: bool, mount_label: str | None) -> Target:
+        """The container a CDI spec's cdi-hook command runs for: a static target whose
+        rootfs is at hand."""
+        return cls(STATIC, userns, mount_label, None, True, False)
+
+    @classmethod
+    def static(cls, lib_dir: str | None = None) -> Target:
+        """A CDI spec, written before any container (`ocihook cdi generate`, the device
+        plugin's inventory)."""
+        return cls(STATIC, False, None, lib_dir, False, False)
+
+    @classmethod
+    def command_line(
+        cls, userns: bool = False, lib_dir: str | None = None, image: bool = False
+    ) -> Target:
+        """What a command line says of a container (`ocihook plan`, `check`, `features`):
+        `image` when a rootfs is given to probe."""
+        return cls(CLI, userns, None, lib_dir, image, False)
+
 
 class Decision(Struct):
     """Everything decided for one target: what `plan.decide.finalize` stamps into the plan and
@@ -140,18 +170,18 @@ def decide(config: dict, target: Target, plan: Plan) -> Decision:
     if compat_probe is not None:
         probe += ("cuda_compat",)
     return Decision(
-        lib_dir,
-        lib_dir32_for(lib_dir) if lib_dir is not None else None,
-        "bind" if target.userns or target.rootless else "mknod",
-        _file_label(config["selinux"], target),
-        ld_writer,
+        lib_dir=lib_dir,
+        lib_dir32=lib_dir32_for(lib_dir) if lib_dir is not None else None,
+        node_strategy="bind" if target.userns or target.rootless else "mknod",
+        file_label=_file_label(config["selinux"], target),
+        ld_writer=ld_writer,
         # With a CDI spec or at precreate the runtime allows the nodes; rootless, only host
         # root could (v1 devices.allow, v2 BPF programs need the initial namespace's
         # CAP_SYS_ADMIN).
-        target.kind not in (STATIC, PRECREATE) and not target.rootless,
-        probe,
-        compat,
-        compat_probe,
+        device_cgroup=target.kind not in (STATIC, PRECREATE) and not target.rootless,
+        probe=probe,
+        cuda_compat=compat,
+        compat_probe=compat_probe,
     )
 
 
@@ -269,15 +299,15 @@ def carried_decision(
         compat_probe = (directory, library, mode)
         probe += ("cuda_compat",)
     return Decision(
-        None,
-        None,
-        "bind" if target.userns or target.rootless else "mknod",
-        chosen_label(label, target.mount_label),
-        ld_writer,
-        False,
-        probe,
-        pending,
-        compat_probe,
+        lib_dir=None,  # the spec's links and ld dirs are container paths already
+        lib_dir32=None,
+        node_strategy="bind" if target.userns or target.rootless else "mknod",
+        file_label=chosen_label(label, target.mount_label),
+        ld_writer=ld_writer,
+        device_cgroup=False,
+        probe=probe,
+        cuda_compat=pending,
+        compat_probe=compat_probe,
     )
 
 
