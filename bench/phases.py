@@ -52,7 +52,9 @@ def add(name, seconds):
     PHASES[name] = PHASES.get(name, 0.0) + seconds
 
 def timed(owner, attr, name):
-    inner = getattr(owner, attr)
+    inner = getattr(owner, attr, None)
+    if inner is None:  # a name of the other tree (this one or the baseline)
+        return
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
         STACK.append(0.0)
@@ -79,11 +81,15 @@ from ocihook.apply import execute, ldcache, owned
 from ocihook.cgroups import grant
 from ocihook import records, pipeline
 
-timed(hook, "read_state", "state: stdin, hook namespace")
-timed(hook, "hook_namespace", "state: stdin, hook namespace")
-timed(hook, "load_config", "config load (compiled cache)")
-timed(hook, "load_container", "request: config.json, the request")
-timed(hook, "container_request", "request: config.json, the request")
+try:
+    from ocihook.stages import prestart as stage
+except ImportError:  # a baseline tree from before the stages' package: all in hook.py
+    stage = hook
+timed(stage, "read_state", "state: stdin, hook namespace")
+timed(stage, "hook_namespace", "state: stdin, hook namespace")
+timed(stage, "load_config", "config load (compiled cache)")
+timed(stage, "load_container", "request: config.json, the request")
+timed(stage, "container_request", "request: config.json, the request")
 timed(inject, "plan_container", "discovery and decision (plan)")
 timed(inject._Injection, "_open_sources", "sources: clones, labels")
 timed(inject.elf, "open_static_executable", "open roots, ldconfig, state dir, mountinfo")
@@ -107,7 +113,10 @@ timed(records, "sweep", "drop capabilities, record, sweep")
 timed(records.Log, "__init__", "log")
 timed(records.Log, "_emit", "log")
 if sys.argv[2:4] == ["--stage", "precreate"]:
-    import ocihook.apply.precreate as pre
+    try:
+        import ocihook.stages.precreate as pre
+    except ImportError:  # a baseline tree from before the stages' package
+        import ocihook.apply.precreate as pre
 
     timed(pre, "read_spec", "precreate: the config on stdin, parsed")
     timed(pre, "spec_container", "request: config.json, the request")
@@ -115,6 +124,13 @@ if sys.argv[2:4] == ["--stage", "precreate"]:
     timed(execute, "open_sources", "sources: opened in the source root")
     timed(pre, "config_edit", "precreate: the edit (mounts, linux.devices)")
     timed(pre, "apply_edit", "precreate: the edit (mounts, linux.devices)")
+    try:  # the renderer, since the stages' package
+        from ocihook.plan import edits as plan_edits
+
+        timed(plan_edits, "runtime_edits", "precreate: the edit (mounts, linux.devices)")
+    except ImportError:
+        pass
+    timed(pre, "apply_edits", "precreate: the edit (mounts, linux.devices)")
     timed(pre, "render", "precreate: the config written (C encoder)")
 t = time.perf_counter()
 status = hook.main(sys.argv[2:])

@@ -1,7 +1,10 @@
 """The one pipeline: a request, the config and what is known of the container -> a finalized
-plan. Every user of a plan goes through here: the hook (apply/inject.py) and the precreate
-stage (apply/precreate.py), `ocihook plan`, `ocihook check`, `ocihook features` and `ocihook
-cdi generate` (cli/); `cdi-hook` only carries out what a generated spec recorded.
+plan. Every user of a plan goes through here: the prestart stage (apply/inject.py), the
+precreate stage (stages/precreate.py), `ocihook plan`, `check`, `features` and `cdi
+generate` (cli/, check/), the device plugin's inventory and the metrics' device facts;
+`cdi-hook` (stages/cdihook.py) carries out what a generated spec recorded
+(plan.decide.carried_decision), or for a spec of an earlier release asks
+`legacy_step_decision`.
 
     roots = open_roots(config)                      # the source and device roots, by fd
     planned = plan_container(config, roots, request, target)   # discover, then decide
@@ -22,7 +25,7 @@ from ocihook.structs import Struct
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
 if TYPE_CHECKING:
-    from ocihook.plan.model import Plan
+    from ocihook.plan.model import Link, Plan
     from ocihook.request.parse import DeviceRequest
 
 
@@ -91,3 +94,23 @@ def finalized_plan(
         return planned.finalize(root_fd)
     finally:
         os.close(root_fd)
+
+
+def legacy_step_decision(target: Target, links: list[Link], folders: list[str]) -> Decision:
+    """The decision for a `cdi-hook` step of a CDI spec from an earlier release, which
+    carries none in its arguments: the defaults' `selinux` and `ldconfig` sections decide
+    over the step's part of the plan (its links, its ld cache dirs), as that release did.
+    (A current spec carries its decision: plan.decide.carried_decision.)"""
+    from ocihook.config.compiled import DEFAULTS
+    from ocihook.plan.model import PLACEHOLDER_LIB_DIR, Plan
+
+    plan = Plan(
+        profile="cdi",
+        source_root="/",
+        device_root="/",
+        request="cdi-hook",
+        lib_dir=PLACEHOLDER_LIB_DIR,
+        links=links,
+        ld_dirs=folders,
+    )
+    return decide(DEFAULTS, target, plan)

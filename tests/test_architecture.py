@@ -79,8 +79,7 @@ LAYERS = {
     ),
     "frontends": (  # the hook's stages and the commands
         "ocihook.hook",
-        "ocihook.apply.precreate",
-        "ocihook.cdi.hooks",
+        "ocihook.stages.*",
         "ocihook.cli.*",
         "ocihook.deviceplugin.server",  # gRPC: the kubelet's side
         "ocihook.deviceplugin.v1beta1.*",  # the generated stubs (make stubs)
@@ -369,13 +368,13 @@ def _calls(names: set[str]):
 def test_one_pipeline():
     """Discovery, the decision and the finalizing are called in one place, the pipeline
     (ocihook/pipeline.py); cdi-hook carries out a spec's recorded decision
-    (plan.decide.carried_decision), the one other caller of `decide`."""
+    (plan.decide.carried_decision), or asks the pipeline for a legacy spec's."""
     assert sorted(_source_lines(_calls({"build_plan"}))) == ["ocihook.pipeline"]
-    assert sorted(_source_lines(_calls({"decide"}))) == ["ocihook.cdi.hooks", "ocihook.pipeline"]
+    assert sorted(_source_lines(_calls({"decide"}))) == ["ocihook.pipeline"]
     finalizing = sorted(_source_lines(_calls({"finalize"})))
-    assert finalizing == ["ocihook.apply.inject", "ocihook.apply.precreate", "ocihook.pipeline"]
+    assert finalizing == ["ocihook.apply.inject", "ocihook.pipeline", "ocihook.stages.precreate"]
     # ... and those two finalize a pipeline.Planned, in the container's mount namespace.
-    for name in ("ocihook.apply.inject", "ocihook.apply.precreate"):
+    for name in ("ocihook.apply.inject", "ocihook.stages.precreate"):
         assert "ocihook.pipeline" in GRAPH[name], name
 
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocihook import hook
 from ocihook.config.compiled import DEFAULTS, compile_config
 from ocihook.deviceplugin import allocation, topology
 from ocihook.deviceplugin.inventory import Inventory, PluginDevice, resource_name
 from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError
 from ocihook.plan.model import DeviceNode
-from ocihook.request import parse
+from ocihook.request import assemble, parse
+from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS
 from tests.support import devstack, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_resource_name_defaults_to_the_profile():
 
 
 def crio(annotations: dict) -> dict:
-    return {parse.CRIO_CONTAINER_ANNOTATIONS: json.dumps(annotations)}
+    return {CRIO_CONTAINER_ANNOTATIONS: json.dumps(annotations)}
 
 
 def test_kubernetes_mode_reads_only_the_containers_own_annotations():
@@ -154,15 +154,16 @@ def test_kubernetes_mode_reads_only_the_containers_own_annotations():
 @pytest.mark.parametrize("text", ["{", "[]", '{"a": 1}', "x" * (1 << 20 | 1)])
 def test_kubernetes_mode_refuses_a_crio_record_it_cannot_read(text):
     with pytest.raises(OcihookError, match="not the JSON object of strings CRI-O writes"):
-        parse.allocated_devices({parse.CRIO_CONTAINER_ANNOTATIONS: text}, "ocihook.io/devices")
+        parse.allocated_devices({CRIO_CONTAINER_ANNOTATIONS: text}, "ocihook.io/devices")
 
 
 def test_the_hook_starts_its_work_only_for_an_allocation():
     settings = config(device_plugin=True)
-    assert hook.CRIO_CONTAINER_ANNOTATIONS == parse.CRIO_CONTAINER_ANNOTATIONS
-    assert not hook._may_ask({"annotations": {"ocihook.io/devices": "all"}}, settings)
-    assert not hook._may_ask({"annotations": crio({"io.kubernetes.container.hash": "1"})}, settings)
-    assert hook._may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
+    assert not assemble.may_ask({"annotations": {"ocihook.io/devices": "all"}}, settings)
+    assert not assemble.may_ask(
+        {"annotations": crio({"io.kubernetes.container.hash": "1"})}, settings
+    )
+    assert assemble.may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
 
 
 def test_kubernetes_mode_takes_capabilities_and_imex_channels_only_from_the_allocation(
@@ -182,10 +183,10 @@ def test_kubernetes_mode_takes_capabilities_and_imex_channels_only_from_the_allo
     annotations = {**pod, **crio({"ocihook.io/devices": "1"})}
     container = Container.__new__(Container)
     container.annotations, container.env = annotations, {}
-    asked = hook.container_request(container, loaded)
+    asked = assemble.container_request(container, loaded)
     assert asked.indices == (1,) and asked.capabilities is None and not asked.imex
     container.annotations = {**pod, **crio({"ocihook.io/devices": "1", **pod})}
-    allocated = hook.container_request(container, loaded)
+    allocated = assemble.container_request(container, loaded)
     assert allocated.capabilities is not None
 
 

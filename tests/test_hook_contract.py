@@ -55,9 +55,10 @@ status = hook.main(sys.argv[3:])
 after_hook = set(sys.modules)
 import ocihook.apply.inject
 # The precreate stage's config edit and output (the work after its plan, as it runs them).
-from ocihook.apply import precreate
+from ocihook.stages import precreate
+from ocihook.plan.edits import runtime_edits
 view = {"mounts": [{"target": "/usr/lib64/libx.so.1", "flags": ["ro", "nosuid"]}], "devices": []}
-precreate.render(precreate.apply_edit({"root": {}}, precreate.config_edit(view, ["/x"])))
+precreate.render(precreate.apply_edits({"root": {}}, runtime_edits(view, ["/x"])))
 after_inject = set(sys.modules)
 print(json.dumps([status, sorted(after_hook - start), sorted(after_inject - after_hook)]))
 """
@@ -159,7 +160,7 @@ def test_exit_70_a_bug_is_one_line(config, tmp_path, monkeypatch, capsys, bug):
     def broken(*args):
         raise bug
 
-    monkeypatch.setattr(hook, "run", broken)
+    monkeypatch.setattr(hook.prestart, "run", broken)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"{}")))
     status = hook.main(["--config", str(config), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err

@@ -313,10 +313,10 @@ def test_nvswitch_by_name(tmp_path):
 
 
 def _hook_request(tmp_path: Path, env: dict, annotations: dict | None = None, request_env=True):
-    """The hook's request (hook.container_request) of a container with `env` under the
+    """The hook's request (request.assemble.container_request) of a container with `env` under the
     nvidia profile, request.env as given."""
     from ocihook.config.compiled import compile_config
-    from ocihook.hook import container_request
+    from ocihook.request.assemble import container_request
     from ocihook.request.state import Container
 
     config_path = tmp_path / "config.yaml"

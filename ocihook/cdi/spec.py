@@ -1,14 +1,12 @@
 """Build a CDI spec (plain dict) from a finalized plan, choose its cdiVersion, validate and
 write it.
 
-The spec is rendered from the plan's executor view (`plan.model.executor_view`, what `ocihook plan
---json` prints), nothing decided again: one device per index plus `all`, the driver files as
-bind mounts with the plan's flags (read-only, but for a directory the profile mounts
-writable), the device nodes with the plan's modes and cgroup access, and two
-createContainer hooks that run `ocihook cdi-hook` for the soname links and the ld cache (see
-ocihook/cdi/hooks.py), whose arguments carry what was decided for them: the links' label
-choice (target.label_choice: none, the container's mount label, a fixed label) and the ld
-cache writer.
+The edits come from the one renderer of a plan (plan/edits.py: the driver files as bind
+mounts with the plan's flags, the device nodes with their modes and cgroup access, the
+createContainer hooks that run `ocihook cdi-hook` for the requirement check, the soname
+links and the ld cache: stages/cdihook.py); this module groups them into CDI devices (one
+per index, per GPU UUID, per MIG device, and `all`), names the kind and picks the lowest
+cdiVersion that holds them.
 """
 
 from __future__ import annotations
@@ -18,15 +16,10 @@ import os
 import re
 
 from ocihook.errors import OcihookError
-from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL, PER_IMAGE
-from ocihook.plan.model import additional_gids, bind_options
+from ocihook.plan.decide import MOUNT_LABEL, NO_LABEL
+from ocihook.plan.edits import device_node, hook_steps, mount, with_gids
 
 DEFAULT_VENDOR = "ocihook.io"
-# The hook's environment is set explicitly: with no `env` a runtime may hand the hook the
-# container's environment (LD_PRELOAD from the image, CVE-2025-23266).
-HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"]
-HOOK_TIMEOUT = 30
-
 # (version, why) in ascending order: the first whose feature the spec uses sets the minimum.
 VERSION_FEATURES = (
     ((0, 4, 0), "a mount with a type"),
@@ -60,84 +53,6 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def _mount(m: dict) -> dict:
-    """A plan mount as a CDI bind mount: the plan's flags, "bind" after the ones every
-    mount has (read-only or read-write, nosuid, nodev), then noexec where the plan has it."""
-    return {
-        "hostPath": m["host_path"],
-        "containerPath": m["target"],
-        "options": bind_options(m["flags"]),
-        "type": "bind",
-    }
-
-
-def _node(d: dict) -> dict:
-    node = {
-        "path": d["path"],
-        "hostPath": d["host_path"],
-        "type": d["type"],
-        "major": d["major"],
-        "minor": d["minor"],
-        "fileMode": d["mode"],
-        "permissions": d["access"],
-    }
-    if d.get("gid"):
-        node["gid"] = d["gid"]  # the host node's group: the runtime makes the node with it
-    return node
-
-
-def _with_gids(edits: dict, nodes: list[dict], gids: bool) -> dict:
-    """`edits` with `additionalGids` where `gids` and the nodes need groups for a non-root
-    user (plan.model.additional_gids: NVIDIA's 1.19 rule)."""
-    wanted = additional_gids(nodes) if gids else []
-    if wanted:
-        edits["additionalGids"] = wanted
-    return edits
-
-
-def _hooks(
-    view: dict, hook_path: str, ldconfig_path: str, label: str, cuda: dict | None = None
-) -> list[dict]:
-    """The createContainer hooks: the requirement check first (a refused container has
-    nothing else done), the soname links, the ld cache (with the CUDA compat probe)."""
-    hooks = []
-    if cuda and cuda.get("require") is not None:
-        args = ["ocihook", "cdi-hook", "check-requirements", *cuda["require"]]
-        hooks.append(_hook(hook_path, args))
-    if view["links"]:
-        args = ["ocihook", "cdi-hook", "create-symlinks", "--selinux-label", label]
-        for link in view["links"]:
-            args += ["--link", f"{link['points_to']}::{link['target']}"]
-        hooks.append(_hook(hook_path, args))
-    if view["ldconfig"] and view["ld_dirs"]:
-        args = ["ocihook", "cdi-hook", "update-ldcache", "--ld-writer", view["ld_writer"]]
-        args += ["--ldconfig", ldconfig_path]
-        compat = view.get("cuda_compat")
-        if (
-            cuda
-            and compat
-            and compat["reason"] == PER_IMAGE
-            and compat["host_version"]
-            and cuda.get("library")
-        ):
-            args += ["--cuda-compat", compat["dir"], "--cuda-library", cuda["library"]]
-            args += ["--host-driver-version", compat["host_version"]]
-        for folder in view["ld_dirs"]:
-            args += ["--folder", folder]
-        hooks.append(_hook(hook_path, args))
-    return hooks
-
-
-def _hook(path: str, args: list[str]) -> dict:
-    return {
-        "hookName": "createContainer",
-        "path": path,
-        "args": args,
-        "env": list(HOOK_ENV),
-        "timeout": HOOK_TIMEOUT,
-    }
-
-
 def build_spec(
     view: dict,
     kind: str,
@@ -160,7 +75,7 @@ def build_spec(
     each device's (and the shared nodes') `additionalGids`, the groups a non-root user needs
     to open its nodes (CDI 0.7.0; NVIDIA's no-additional-gids-for-device-nodes turns it off)."""
     plain = {d["path"]: d for d in view["devices"]}
-    by_path = {path: _node(d) for path, d in plain.items()}
+    by_path = {path: device_node(d) for path, d in plain.items()}
     whole = view["device_list"]  # the request "all": whole devices only
     devices = []
     every: list[dict] = []
@@ -172,28 +87,28 @@ def build_spec(
         for name in (str(device["index"]), device.get("uuid")):
             if name:  # copies: one YAML node each (no anchors and aliases in the file)
                 edits = {"deviceNodes": [dict(node) for node in nodes]}
-                edits = _with_gids(edits, [plain[p] for p in device["nodes"]], gids)
+                edits = with_gids(edits, [plain[p] for p in device["nodes"]], gids)
                 devices.append({"name": name, "containerEdits": edits})
     for mig in view.get("mig_devices") or ():
         caps = {c["path"]: c for c in mig["caps"]}
         sources = [plain.get(path) or caps[path] for path in mig["nodes"]]
         for name in (mig["name"], mig["uuid"]):
             if name:
-                edits = {"deviceNodes": [_node(d) for d in sources]}
-                devices.append({"name": name, "containerEdits": _with_gids(edits, sources, gids)})
+                edits = {"deviceNodes": [device_node(d) for d in sources]}
+                devices.append({"name": name, "containerEdits": with_gids(edits, sources, gids)})
     devices.append(
         {
             "name": "all",
-            "containerEdits": _with_gids({"deviceNodes": every}, every_plain, gids),
+            "containerEdits": with_gids({"deviceNodes": every}, every_plain, gids),
         }
     )
     shared = [d for d in view["devices"] if d["index"] is None]
     control = [dict(by_path[d["path"]]) for d in shared]
-    edits: dict = {"mounts": [_mount(m) for m in view["mounts"]]}
+    edits: dict = {"mounts": [mount(m) for m in view["mounts"]]}
     if control:
         edits["deviceNodes"] = control
-        _with_gids(edits, shared, gids)
-    hooks = _hooks(view, hook_path, ldconfig_path, label, cuda)
+        with_gids(edits, shared, gids)
+    hooks = hook_steps(view, hook_path, ldconfig_path, label, cuda)
     if hooks:
         edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices, "containerEdits": edits}
@@ -208,8 +123,10 @@ def build_channel_spec(nodes: list[dict], kind: str) -> dict:
     devices = []
     for node in nodes:
         number = node["path"].rsplit("channel", 1)[1]
-        devices.append({"name": number, "containerEdits": {"deviceNodes": [_node(node)]}})
-    devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in nodes]}})
+        devices.append({"name": number, "containerEdits": {"deviceNodes": [device_node(node)]}})
+    devices.append(
+        {"name": "all", "containerEdits": {"deviceNodes": [device_node(n) for n in nodes]}}
+    )
     spec = {"cdiVersion": "", "kind": check_kind(kind), "devices": devices}
     spec["cdiVersion"] = minimum_version(spec)
     return spec

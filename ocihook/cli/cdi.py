@@ -258,13 +258,13 @@ def cdi_hook() -> None:
 def create_symlinks(links: tuple[str, ...], label: str | None) -> None:
     """Create soname links in the container (an identical existing link is kept; an image
     file in the way fails the container)."""
-    from ocihook.cdi import hooks
     from ocihook.cdi.spec import parse_label
+    from ocihook.stages import cdihook
 
-    parsed = [hooks.parse_link(value) for value in links]
+    parsed = [cdihook.parse_link(value) for value in links]
     choice = parse_label(label)
     kwargs = {} if choice is None else {"label": choice}
-    hooks.create_symlinks(hooks.read_container(), parsed, **kwargs)
+    cdihook.create_symlinks(cdihook.read_container(), parsed, **kwargs)
 
 
 @cdi_hook.command("check-requirements")
@@ -285,10 +285,12 @@ def check_requirements(
     """Refuse the container, in one line, when its image's NVIDIA_REQUIRE_* does not hold on
     this host (as NVIDIA decides it; docs/vendors/nvidia.md), for the GPUs whose nodes it got.
     The host's facts are the spec's arguments, written by `ocihook cdi generate`."""
-    from ocihook.cdi import hooks
+    from ocihook.stages import cdihook
 
-    parsed = [hooks.parse_gpu(value) for value in gpus]
-    hooks.check_requirements(hooks.read_container(), driver_version, cuda_version, parsed, brand)
+    parsed = [cdihook.parse_gpu(value) for value in gpus]
+    cdihook.check_requirements(
+        cdihook.read_container(), driver_version, cuda_version, parsed, brand
+    )
 
 
 @cdi_hook.command("update-ldcache")
@@ -334,11 +336,11 @@ def update_ldcache(
 ) -> None:
     """Update the container's ld cache for FOLDERs (glibc images; others are left alone),
     the image's CUDA compat dir first where NVIDIA's rule takes it."""
-    from ocihook.cdi import hooks
+    from ocihook.stages import cdihook
 
     kwargs: dict = {}
     if ld_writer is not None:
         kwargs["ld_writer"] = None if ld_writer == "none" else ld_writer
     if compat_dir is not None:
         kwargs["compat"] = (compat_dir, cuda_library, "ldconfig", host_driver_version)
-    hooks.update_ldcache(hooks.read_container(), ldconfig_path, list(folders), **kwargs)
+    cdihook.update_ldcache(cdihook.read_container(), ldconfig_path, list(folders), **kwargs)

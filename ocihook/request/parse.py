@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ocihook.config.compiled import TRUSTED_ANNOTATIONS
 from ocihook.errors import OcihookError
+from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS
 from ocihook.structs import Struct
 
 MAX_REQUEST_LENGTH = 1024
@@ -145,7 +146,6 @@ def requested_devices(
 # CRI-O's record of the container's own CRI annotations (kubelet's and a device plugin's
 # Allocate answer, never the pod's), as JSON, written over any pod annotation of that key
 # (CRI-O 1.37: internal/factory/container/container.go, SpecAddAnnotations).
-CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
 ALLOCATION_ORIGIN = "device plugin allocation"
 
 

@@ -15,6 +15,9 @@ from ocihook.errors import OcihookError
 from ocihook.structs import Struct
 
 MAX_STATE_BYTES = 1 << 20
+# CRI-O records a container's own CRI annotations (kubelet's, a device plugin's answer) as
+# JSON under this annotation of the OCI config (request.parse.container_annotations).
+CRIO_CONTAINER_ANNOTATIONS = "io.kubernetes.cri-o.Annotations"
 MAX_CONFIG_BYTES = 16 << 20
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 

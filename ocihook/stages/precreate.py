@@ -10,10 +10,13 @@ container's device program from that list (before 1.23, and under cgroupfs), dro
 The prestart stage grants them where the runtime and systemd keep them through reloads and
 updates (ocihook/cgroups/grant.py; docs/cgroups.md, Routes).
 
-The edit is rendered from the finalized plan's executor view (`plan.model.executor_view`, what
-the CDI spec is made of: ocihook/cdi/spec.py), nothing decided again; what the runtime
-cannot do (soname links, the ld cache, labels of what the hook creates) is left to the
-prestart stage, which skips what it finds config.json already has (ocihook/apply/owned.py).
+The container and its request are adapted from the proposed config and assembled as the
+prestart stage assembles them (request/assemble.py). The edit is rendered by the one
+renderer of a plan (plan/edits.py, which the CDI spec is made of too) from the finalized
+plan's executor view, nothing decided again, and applied here as a runtime applies a CDI
+spec's edits. What the runtime cannot do (soname links, the ld cache, labels of what the
+hook creates) is left to the prestart stage, which skips what it finds config.json already
+has (ocihook/apply/owned.py).
 Each mount source is resolved by fd inside the source root and written as the canonical
 host path that fd names (docs/security.md, "The precreate route").
 
@@ -25,10 +28,47 @@ from __future__ import annotations
 import os
 
 from ocihook import fastjson
+from ocihook.config.compiled import load_config
 from ocihook.errors import OcihookError
-from ocihook.request.state import MAX_CONFIG_BYTES, parse_json, spec_container
+from ocihook.request.assemble import container_request, may_ask
+from ocihook.request.state import (
+    MAX_CONFIG_BYTES,
+    Container,
+    hook_namespace,
+    parse_json,
+    spec_container,
+)
 
 WHERE = "config on stdin (precreate)"
+
+
+def run(data: bytes, config_path: str, cache_dir: str | None) -> bytes:
+    """The config to hand back for the proposed config `data`: `data` itself when the
+    container asks for nothing (or the hook runs rootless: the prestart stage does
+    everything there, as root of the user's namespace), else the edited config. Bad input
+    is one line before the config is loaded."""
+    spec = read_spec(data)
+    if hook_namespace().rootless:
+        return data
+    config = load_config(config_path, cache_dir)
+    if not may_ask({"annotations": spec.get("annotations")}, config):
+        return data
+    container = spec_container(spec)
+    try:
+        request = container_request(container, config)
+        if request.empty:
+            return data
+        return render(apply_edits(spec, plan_edits(container, config, request)))
+    except OcihookError as error:
+        # podman 4.3 drops a precreate hook's stderr and shows only "exit status 1": the
+        # config goes back unchanged, and the prestart stage, which builds the same plan
+        # from the same config, meets the same error and refuses the container with its
+        # line (runc shows it); should it succeed, it injects as on the prestart route.
+        from ocihook import records
+
+        log = records.Log(config["log"]["target"], config["log"]["debug"])
+        log.error(f"precreate: {error}; left to the prestart stage")
+        return data
 
 
 def read_spec(data: bytes) -> dict:
@@ -48,35 +88,10 @@ def read_spec(data: bytes) -> dict:
     return spec
 
 
-def run(data: bytes, spec: dict, config: dict, may_ask, container_request) -> bytes:
-    """The config to hand back: `data` (parsed: `spec`) itself when the container asks for
-    nothing, else the edited config. `may_ask` and `container_request` are the prestart
-    stage's own (hook.py): the same request, read the same way."""
-    if not may_ask({"annotations": spec.get("annotations")}, config):
-        return data
-    container = spec_container(spec)
-    try:
-        request = container_request(container, config)
-        if request.empty:
-            return data
-        edit = plan_edit(container, config, request)
-        return render(apply_edit(spec, edit))
-    except OcihookError as error:
-        # podman 4.3 drops a precreate hook's stderr and shows only "exit status 1": the
-        # config goes back unchanged, and the prestart stage, which builds the same plan
-        # from the same config, meets the same error and refuses the container with its
-        # line (runc shows it); should it succeed, it injects as on the prestart route.
-        from ocihook import records
-
-        log = records.Log(config["log"]["target"], config["log"]["debug"])
-        log.error(f"precreate: {error}; left to the prestart stage")
-        return data
-
-
-def plan_edit(container, config: dict, request) -> dict:
-    """The config edit for one container: the plan built, decided (target PRECREATE) and
-    finalized for its image as the prestart stage will finalize it, then rendered from the
-    executor view with each mount's fd-resolved source."""
+def plan_edits(container: Container, config: dict, request) -> dict:
+    """The runtime edits for one container (plan/edits.py's `runtime_edits`): the plan built,
+    decided (a precreate target) and finalized for its image as the prestart stage will
+    finalize it, with each mount's source resolved by fd in the source root."""
     from ocihook import records
     from ocihook.apply import execute
     from ocihook.apply.inject import check_source_labels
@@ -84,6 +99,7 @@ def plan_edit(container, config: dict, request) -> dict:
     from ocihook.linux import securepath
     from ocihook.pipeline import open_roots, plan_container
     from ocihook.plan.decide import Target
+    from ocihook.plan.edits import runtime_edits
     from ocihook.plan.model import executor_view
 
     log = records.Log(config["log"]["target"], config["log"]["debug"])
@@ -109,69 +125,53 @@ def plan_edit(container, config: dict, request) -> dict:
                 sources.append(real)
         finally:
             execute.close_trees(trees)
-    edit = config_edit(executor_view(final), sources)
+    edits = runtime_edits(executor_view(final), sources)
     log.info(
-        f"precreate: {len(edit['mounts'])} mounts, {len(edit['devices'])} device nodes for "
+        f"precreate: {len(edits['mounts'])} mounts, {len(edits['deviceNodes'])} device nodes for "
         f"the runtime (profile {final.profile}, request {final.request}, "
         f"source {final.source_root})"
     )
-    return edit
+    return edits
 
 
-def config_edit(view: dict, sources: list[str]) -> dict:
-    """The OCI config entries for a finalized plan's executor view (`plan.model.executor_view`):
-    its mounts as bind mounts from `sources` (the fd-resolved host path of each, in order)
-    with the CDI spec's options, and its mknod nodes as `linux.devices` (their rules are the
-    prestart stage's: the module's docstring)."""
-    from ocihook.plan.model import additional_gids, bind_options
-
-    if len(sources) != len(view["mounts"]):
-        raise RuntimeError(f"{len(sources)} sources for {len(view['mounts'])} mounts")
-    mounts = []
-    for m, source in zip(view["mounts"], sources):
-        mounts.append(
-            {
-                "destination": m["target"],
-                "type": "bind",
-                "source": source,
-                "options": bind_options(m["flags"]),
-            }
-        )
-    devices = [
-        {
-            "path": d["path"],
-            "type": d["type"],
-            "major": d["major"],
-            "minor": d["minor"],
-            "fileMode": d["mode"],
-            "uid": 0,
-            "gid": d["gid"],  # the host node's group (additional_gids gives it to the process)
-        }
-        for d in view["devices"]
-        if d["strategy"] == "mknod"  # a user namespace: the prestart stage binds the node
-    ]
-    gids = additional_gids([d for d in view["devices"] if d["strategy"] == "mknod"])
-    return {"mounts": mounts, "devices": devices, "gids": gids}
-
-
-def apply_edit(spec: dict, edit: dict) -> dict:
-    """`spec` with the edit's entries appended (every other field kept as it came): a mount
-    or node the config already has is not added twice; a node path the config already has
-    for another device refuses the container."""
+def apply_edits(spec: dict, edits: dict) -> dict:
+    """`spec` with the runtime edits (CDI's containerEdits shape: plan/edits.py) applied as a
+    runtime applies a CDI spec's, every other field kept as it came: mounts appended as OCI
+    bind mounts, device nodes as `linux.devices` owned by root with the host node's group,
+    additionalGids to the process's user. A mount or node the config already has is not
+    added twice; a node path the config already has for another device refuses the
+    container."""
     linux = spec.setdefault("linux", {})
     if not isinstance(linux, dict):
         raise OcihookError(f"{WHERE}: field 'linux' must be an object")
     mounts = _list(spec, "mounts", "mounts")
     have = {(m.get("destination"), m.get("source")) for m in mounts if isinstance(m, dict)}
-    for m in edit["mounts"]:
-        if (m["destination"], m["source"]) not in have:
-            mounts.append(m)
+    for m in edits["mounts"]:
+        if (m["containerPath"], m["hostPath"]) not in have:
+            mounts.append(
+                {
+                    "destination": m["containerPath"],
+                    "type": m["type"],
+                    "source": m["hostPath"],
+                    "options": m["options"],
+                }
+            )
     devices = _list(linux, "devices", "linux.devices")
     by_path = {d.get("path"): d for d in devices if isinstance(d, dict)}
-    for d in edit["devices"]:
+    for d in edits["deviceNodes"]:
         old = by_path.get(d["path"])
         if old is None:
-            devices.append(d)
+            devices.append(
+                {
+                    "path": d["path"],
+                    "type": d["type"],
+                    "major": d["major"],
+                    "minor": d["minor"],
+                    "fileMode": d["fileMode"],
+                    "uid": 0,
+                    "gid": d.get("gid", 0),  # the host node's group (additionalGids below)
+                }
+            )
         elif (old.get("type"), old.get("major"), old.get("minor")) != (
             d["type"],
             d["major"],
@@ -182,13 +182,13 @@ def apply_edit(spec: dict, edit: dict) -> dict:
                 f"({old.get('type')} {old.get('major')}:{old.get('minor')}) than the driver's "
                 f"({d['type']} {d['major']}:{d['minor']})"
             )
-    if edit.get("gids"):  # a non-root user gets the nodes' groups (NVIDIA's toolkit 1.19)
+    if edits.get("additionalGids"):  # a non-root user gets the nodes' groups (toolkit 1.19)
         process = spec.setdefault("process", {})
         user = process.setdefault("user", {}) if isinstance(process, dict) else None
         if not isinstance(user, dict):
             raise OcihookError(f"{WHERE}: field 'process.user' must be an object")
         groups = _list(user, "additionalGids", "process.user.additionalGids")
-        groups.extend(g for g in edit["gids"] if g not in groups)
+        groups.extend(g for g in edits["additionalGids"] if g not in groups)
     return spec
 
 

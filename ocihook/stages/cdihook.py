@@ -1,7 +1,8 @@
-"""`ocihook cdi-hook`: the createContainer hooks that a CDI spec from `ocihook cdi generate`
-names, for what CDI cannot express: NVIDIA_REQUIRE_* (check-requirements), soname links and
-the container's ld cache (with the image's CUDA compat libraries first where NVIDIA's rule
-takes them).
+"""The CDI hook step (`ocihook cdi-hook`): the createContainer hooks that a CDI spec from
+`ocihook cdi generate` names (plan/edits.py renders them), for what CDI cannot express:
+NVIDIA_REQUIRE_* (check-requirements), soname links and the container's ld cache (with
+the image's CUDA compat libraries first where NVIDIA's rule takes them). Its input is the
+OCI state and the spec's arguments, adapted into a container and a decision.
 
 The runtime runs createContainer hooks in the container's mount namespace before
 pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
@@ -25,18 +26,17 @@ import os
 import sys
 
 from ocihook.apply import execute, ldcache
-from ocihook.config.compiled import DEFAULTS
 from ocihook.errors import OcihookError
 from ocihook.ld.elf import open_static_executable
 from ocihook.linux import mountinfo, namespaces
+from ocihook.pipeline import legacy_step_decision
 from ocihook.plan.decide import (
     NO_LABEL,
     Decision,
     Target,
     carried_decision,
-    decide,
 )
-from ocihook.plan.model import PLACEHOLDER_LIB_DIR, Link, Plan
+from ocihook.plan.model import Link
 from ocihook.request.state import MAX_STATE_BYTES, Container, load_container, read_state
 
 
@@ -138,16 +138,7 @@ def _decision(
             target,
             compat,
         )
-    plan = Plan(
-        profile="cdi",
-        source_root="/",
-        device_root="/",
-        request="cdi-hook",
-        lib_dir=PLACEHOLDER_LIB_DIR,
-        links=links,
-        ld_dirs=folders,
-    )
-    return decide(DEFAULTS, target, plan)
+    return legacy_step_decision(target, links, folders)
 
 
 def create_symlinks(container: Container, links: list[Link], label: object = LEGACY) -> int:
