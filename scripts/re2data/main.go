@@ -6,7 +6,7 @@
 //	GO111MODULE=off go run ./scripts/re2data > ocihook/check/goregexp/tables.py   (Go 1.25 or later)
 //	GO111MODULE=off go run ./scripts/re2data -names                 (any Go: the names only)
 //
-// tests/test_re2syntax.py runs it again with every Go toolchain it has and compares.
+// tests/test_goregexp_syntax.py runs it again with every Go toolchain it has and compares.
 package main
 
 import (

@@ -3,7 +3,7 @@
 The library files are stand-ins: ELF shared objects with the class, machine and DT_SONAME
 of the real ones and no code (tests/support/elfgen.py; nothing loads them); the
 ld.so.cache is written by `write_ld_cache` in glibc's binary format (checked against the
-host's own ldconfig in tests/test_ldsocache.py). Device nodes are char nodes
+host's own ldconfig in tests/test_ld_cachefile.py). Device nodes are char nodes
 with NVIDIA's numbers (majors 195 and 510, which no driver of a test machine registers:
 checked where a container opens them, so that open() fails with ENXIO, or EPERM where the
 cgroup denies it); the kernel module version is a file under the device root, where the

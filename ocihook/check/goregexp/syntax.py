@@ -22,7 +22,7 @@ Go's parser changed twice in ways that matter, so the check names a dialect:
   (`Old_Italic`) unknown there (go1.27 accepts them again). CRI-O 1.37 as built here is
   go1.26.6.
 
-GO121 and GO126 are differential-tested against those Go toolchains (tests/test_re2syntax.py).
+GO121 and GO126 are differential-tested against those Go toolchains (tests/test_goregexp_syntax.py).
 Only `ocihook check` imports this module, never the hook.
 """
 

@@ -1,5 +1,5 @@
 // Command re2oracle answers, for each pattern, what Go's regexp.Compile says: the reference
-// that tests/test_re2syntax.py compares ocihook/check/goregexp/syntax.py with.
+// that tests/test_goregexp_syntax.py compares ocihook/check/goregexp/syntax.py with.
 //
 // Input: one pattern per line, hex-encoded (patterns may hold newlines and invalid UTF-8).
 // Output: one line per pattern, "ok", or "error <hex code> <hex expr>" (regexp/syntax.Error).
