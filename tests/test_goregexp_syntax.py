@@ -40,7 +40,7 @@ def disagreements(oracle: Path, dialect: syntax.Dialect, patterns: list[bytes]) 
     for pattern, expected in zip(patterns, go):
         ours = verdict(pattern, dialect)
         if ours != expected:
-            out.append(f"{pattern[:80]!r}: go {expected}, re2syntax {ours}")
+            out.append(f"{pattern[:80]!r}: go {expected}, goregexp {ours}")
     return out
 
 

@@ -1,4 +1,4 @@
-"""The native ld.so.cache writer (ldnative + ldsocache's writer) against glibc itself.
+"""The native ld.so.cache writer (ld/native.py, with ld/cachefile.py's writer) against glibc itself.
 
 Caches it writes are read back by glibc's own `ldconfig -p` and compared, entry for entry
 and in order, with the cache the real `ldconfig -X` builds for the same libraries (real ELF

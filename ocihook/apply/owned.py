@@ -1,7 +1,7 @@
 """What the runtime already does for a container, so that the prestart stage does not do
 it again: the nodes runc/crun created from `linux.devices`, the devices
 `linux.resources.devices` allows, the files bind-mounted from `mounts` (the precreate
-stage puts the driver's there: ocihook/apply/precreate.py; a user's `--device` or `-v` can too).
+stage puts the driver's there: ocihook/stages/precreate.py; a user's `--device` or `-v` can too).
 
 Data, never a marker: a node counts when config.json names that very device at that path
 (the runtime made it from there), a rule when config.json's own device rules, evaluated in

@@ -69,7 +69,7 @@ def build_spec(
     device with its GPU's nodes and its two cap nodes, named `G:M` and `MIG-...`, as
     NVIDIA's generator names them (device plugins ask for these names); and `all`, every
     index's nodes (the hook's `all`: whole devices, no MIG device). `label` is the links'
-    label choice (target.label_choice), written into their hook's arguments. `cuda` (a
+    label choice (plan.decide.label_choice), written into their hook's arguments. `cuda` (a
     CUDA profile's): `require`, the check-requirements hook's arguments (None: no check),
     `library`, the compat library the update-ldcache hook probes each image for. `gids`:
     each device's (and the shared nodes') `additionalGids`, the groups a non-root user needs

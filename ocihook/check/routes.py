@@ -5,7 +5,7 @@ versions found, by the rules measured (docs/cgroups.md, "Which runtime keeps wha
 
 - route: precreate where podman loads an ocihook registration with that stage (the runtime
   then creates the nodes and mounts the driver), else prestart (the hook does); either way
-  the device *rules* are the prestart stage's (ocihook/apply/precreate.py says why).
+  the device *rules* are the prestart stage's (ocihook/stages/precreate.py says why).
 - reload, under the systemd cgroup manager with systemd as PID 1: crun 1.23 and later name a
   pinned program on the scope (BPFProgram=): the hook pins an extended copy and names it
   there (cgroups/pinned.py); runc and crun 1.19 to 1.22 restrict the scope by DeviceAllow=,

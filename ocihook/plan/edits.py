@@ -64,7 +64,7 @@ def hook_steps(
 ) -> list[dict]:
     """The createContainer hooks that carry out what no runtime edit can (`ocihook
     cdi-hook`): the requirement check first (a refused container has nothing else done),
-    the soname links (with `label`, target.label_choice's choice), the ld cache (with the
+    the soname links (with `label`, plan.decide.label_choice's choice), the ld cache (with the
     CUDA compat probe where the plan left it to each image). `cuda` (a CUDA profile's):
     `require`, the check's arguments (None: no check), `library`, the compat library."""
     hooks = []

@@ -125,8 +125,8 @@ def _decision(
     links, its ld cache dirs) in this container: the label of what it creates and whether
     the ld cache is updated (the sandboxed ldconfig; left to the image's loader), with the
     CUDA compat probe `compat` (dir, library, mode, host driver version) where the spec
-    carries one. The spec's arguments say them (`label`: target.label_choice's choice,
-    `ld_writer`: the decided writer or None), read by target.carried_decision for this
+    carries one. The spec's arguments say them (`label`: plan.decide.label_choice's choice,
+    `ld_writer`: the decided writer or None), read by plan.decide.carried_decision for this
     container's mount label.
     Where the spec says nothing (LEGACY: a spec of an earlier release), plan.decide with
     the defaults' `selinux` and `ldconfig` sections decides, as that release did."""
