@@ -410,3 +410,65 @@ def test_fd_paths_come_from_fd_path():
         )
 
     assert sorted(_source_lines(names_an_fd)) == ["ocihook.linux.securepath"]
+
+
+# -- packages as units --------------------------------------------------------------------
+
+# Generated or ported tables, not written by hand (their generators are named in them).
+GENERATED = {
+    "ocihook.check.goregexp.tables",  # scripts/re2data's output
+    "ocihook.check.goregexp.syntax",  # Go's regexp/syntax parser, ported line by line
+    "ocihook.deviceplugin.v1beta1.api_pb2",  # make stubs (grpcio-tools)
+    "ocihook.deviceplugin.v1beta1.api_pb2_grpc",
+}
+MAX_MODULE_LINES = 600
+
+
+def _unit(module: str) -> str:
+    """The package a module belongs to (`ocihook.apply.inject` -> `ocihook.apply`); a
+    top-level module (`ocihook.hook`) is a unit of its own, the `ocihook` package too."""
+    parts = module.split(".")
+    if len(parts) >= 3 or (len(parts) == 2 and module in PACKAGES):
+        return ".".join(parts[:2])
+    return module
+
+
+def test_no_two_packages_import_each_other():
+    """Between packages the imports go one way (annotations and functions' imports too): a
+    two-way tie means a piece lives in the wrong package."""
+    ties = {
+        (_unit(name), _unit(target))
+        for name, targets in TYPED_GRAPH.items()
+        for target in targets
+        if _unit(name) != _unit(target)
+    }
+    assert sorted(f"{a} <-> {b}" for a, b in ties if a < b and (b, a) in ties) == []
+
+
+def test_no_private_name_is_imported_from_another_package():
+    """`from ocihook.x.y import _name` across packages reaches into another package's
+    insides: a name that is shared is public (a dunder such as `__version__` is not private)."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+                continue
+            if not node.module.startswith("ocihook"):
+                continue
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and full not in MODULES and _unit(node.module) != _unit(name):
+                    found.append(f"{name}: from {node.module} import {alias.name}")
+    assert found == []
+
+
+def test_no_hand_written_module_is_over_600_lines():
+    """A module over 600 lines holds more than one job; generated and ported tables aside."""
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if name not in GENERATED and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+    assert all(name in MODULES for name in GENERATED), "GENERATED names a module that is gone"
