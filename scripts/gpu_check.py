@@ -177,13 +177,17 @@ def nvml_step(checks: Checks, config: dict, truth: dict) -> None:
 
 
 def build_plan(config: dict, devices: str, describe: str | None = None):
-    from ocihook.discover.build import build_plan as build
-    from ocihook.discover.roots import Roots
+    """What discovery found for `devices`, as `ocihook plan` finds it (the pipeline's plan
+    before the decision is stamped in)."""
+    from ocihook.pipeline import open_roots, plan_container
+    from ocihook.plan.decide import Target
     from ocihook.request.parse import parse_request
 
-    with Roots(config["source_root"], config["device_root"]) as roots:
-        request = parse_request(devices, "--devices")
-        return build(config, roots, request, verify=bool(describe), describe=describe)
+    request = parse_request(devices, "--devices")
+    with open_roots(config) as roots:
+        return plan_container(
+            config, roots, request, Target.command_line(), verify=bool(describe), describe=describe
+        ).plan
 
 
 def requests(truth: dict, config: dict) -> list[tuple[str, str, set[str]]]:
