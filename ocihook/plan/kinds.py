@@ -49,7 +49,8 @@ LABEL_WRITABLE = "writable"  # writable by every container: container_file_t at 
 
 
 class Kind(Struct):
-    """One kind of bind-mounted driver file."""
+    """One kind of bind-mounted driver file (built by keyword: the fields with a default
+    are the safe choice, a read-only, noexec regular file checked as shared)."""
 
     __slots__ = (
         "name",
@@ -63,6 +64,14 @@ class Kind(Struct):
         "shown",
         "audit",
     )
+    _defaults = {
+        "source": "file",
+        "mount_points": ("file",),
+        "executable": False,
+        "lib_dir": None,
+        "may_write": False,
+        "label": LABEL_SHARED,
+    }
     name: str  # Mount.kind: in the plan, its JSON and the records
     source: str  # the file type (short name) its source must be
     mount_points: tuple[str, ...]  # the file types the image may have at its target
@@ -94,35 +103,49 @@ KINDS = {
     kind.name: kind
     for kind in (
         Kind(
-            LIBRARY, "file", ("file",), True, "lib_dir", ("libraries",), False,
-            LABEL_SHARED, "library", "library",
+            name=LIBRARY,
+            executable=True,
+            lib_dir="lib_dir",
+            sections=("libraries",),
+            shown="library",
+            audit="library",
         ),
         Kind(
-            LIBRARY32, "file", ("file",), True, "lib_dir32", ("libraries",), False,
-            LABEL_SHARED, "library32", "library32",
+            name=LIBRARY32,
+            executable=True,
+            lib_dir="lib_dir32",
+            sections=("libraries",),
+            shown="library32",
+            audit="library32",
         ),
         Kind(
-            BINARY, "file", ("file",), True, None, ("binaries",), False,
-            LABEL_SHARED, "binary", "binary",
+            name=BINARY,
+            executable=True,
+            sections=("binaries",),
+            shown="binary",
+            audit="binary",
+        ),
+        Kind(name=FIRMWARE, sections=("firmware",), shown="firmware", audit="firmware"),
+        Kind(name=FILE, sections=("files",), shown="file", audit="file"),
+        Kind(
+            name=SOCKET,
+            source="sock",
+            mount_points=("file", "sock"),
+            sections=("files", "firmware"),
+            shown="socket",
+            audit="socket",
         ),
         Kind(
-            FIRMWARE, "file", ("file",), False, None, ("firmware",), False,
-            LABEL_SHARED, "firmware", "firmware",
-        ),
-        Kind(
-            FILE, "file", ("file",), False, None, ("files",), False,
-            LABEL_SHARED, "file", "file",
-        ),
-        Kind(
-            SOCKET, "sock", ("file", "sock"), False, None, ("files", "firmware"), False,
-            LABEL_SHARED, "socket", "socket",
-        ),
-        Kind(
-            DIRECTORY, "dir", ("dir",), False, None, ("files",), True,
-            LABEL_SHARED, "directory", "directory",
+            name=DIRECTORY,
+            source="dir",
+            mount_points=("dir",),
+            sections=("files",),
+            may_write=True,
+            shown="directory",
+            audit="directory",
         ),
     )
-}  # fmt: skip
+}
 # The profile lists that name driver files, in the order discovery reads them (each has its
 # discoverer, discover/build.py's DISCOVERERS).
 SECTIONS = ("libraries", "binaries", "firmware", "files")
