@@ -1,4 +1,5 @@
-"""Kinds of injected file, and the file types they are made of: the one table of each.
+"""Kinds of injected file: the one table of them (the file types they are made of are
+linux/filetypes.py's).
 
 Discovery gives each bind mount a kind (`Mount.kind`); the plan takes its mount flags and
 the library dir it moves with from here, the executor the file types its source and its
@@ -13,35 +14,8 @@ from __future__ import annotations
 
 import stat
 
+from ocihook.linux.filetypes import SHORT_BY_IFMT, TEST_BY_SHORT
 from ocihook.structs import Struct
-
-# File types by st_mode: (words in messages, short name in listings and in KINDS, test).
-FILE_TYPES = (
-    ("symlink", "link", stat.S_ISLNK),
-    ("directory", "dir", stat.S_ISDIR),
-    ("regular file", "file", stat.S_ISREG),
-    ("fifo", "fifo", stat.S_ISFIFO),
-    ("socket", "sock", stat.S_ISSOCK),
-    ("character device", "chr", stat.S_ISCHR),
-    ("block device", "blk", stat.S_ISBLK),
-)
-_TESTS = {short: test for _name, short, test in FILE_TYPES}
-
-
-def type_name(mode: int) -> str:
-    """'regular file', 'symlink', ... (for messages)."""
-    return next((name for name, _short, test in FILE_TYPES if test(mode)), "file of unknown type")
-
-
-def short_type(mode: int) -> str:
-    """'file', 'link', 'dir', ... (for listings); 'other' for a type Linux does not have."""
-    return next((short for _name, short, test in FILE_TYPES if test(mode)), "other")
-
-
-def is_type(mode: int, shorts: tuple[str, ...]) -> bool:
-    """Whether the st_mode is one of the file types named (short names)."""
-    return any(_TESTS[short](mode) for short in shorts)
-
 
 # Rules a bind-mount source's SELinux label is checked against (inject.check_source_labels).
 LABEL_SHARED = "shared"  # readable by every container: container_ro_file_t or a host lib type
@@ -151,17 +125,7 @@ KINDS = {
 SECTIONS = ("libraries", "binaries", "firmware", "files")
 # Looked up for every injected file: computed once from KINDS.
 MOUNT_FLAGS = {(k.name, rw): k.flags(rw) for k in KINDS.values() for rw in (False, True)}
-_SOURCE_TESTS = {k.name: _TESTS[k.source] for k in KINDS.values()}
-# File type (stat.S_IFMT of st_mode) -> its short name: one dict lookup per file found.
-_SHORT_BY_IFMT = {
-    stat.S_IFLNK: "link",
-    stat.S_IFDIR: "dir",
-    stat.S_IFREG: "file",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFSOCK: "sock",
-    stat.S_IFCHR: "chr",
-    stat.S_IFBLK: "blk",
-}
+_SOURCE_TESTS = {k.name: TEST_BY_SHORT[k.source] for k in KINDS.values()}
 # What a file that an entry of a profile list matched becomes: the list's kind for the
 # file's type and the lib dir it goes to. Only `libraries` has two kinds of one file type
 # (its 64- and 32-bit copies, which go to two lib dirs); a `files` entry may match a regular
@@ -178,7 +142,7 @@ def found_kind(section: str, mode: int, lib_dir: str | None = None) -> Kind | No
     """The kind of a file that an entry of the profile list `section` matched, by its file
     type (st_mode) and the lib dir it goes to (a Kind.lib_dir; None but for libraries);
     None: a file that list does not inject."""
-    return BY_SOURCE.get((section, _SHORT_BY_IFMT.get(stat.S_IFMT(mode)), lib_dir))
+    return BY_SOURCE.get((section, SHORT_BY_IFMT.get(stat.S_IFMT(mode)), lib_dir))
 
 
 def section_kind(section: str) -> Kind:
