@@ -16,11 +16,11 @@ import sys
 
 from ocihook.config.compiled import DEFAULT_CACHE_DIR, DEFAULT_CONFIG, load_config
 from ocihook.errors import OcihookError, exit_line
+from ocihook.linux.userns import hook_namespace
 from ocihook.request.state import (
     MAX_STATE_BYTES,
     PRESTART_STATUSES,
     Container,
-    hook_namespace,
     load_container,
     read_state,
 )

@@ -26,7 +26,8 @@ import time
 from ocihook import __version__
 from ocihook.errors import OcihookError, describe
 from ocihook.linux import trusted as store
-from ocihook.request.state import hook_namespace
+from ocihook.linux.userns import hook_namespace
+from ocihook.request.state import TRUSTED_ANNOTATIONS
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
@@ -41,17 +42,6 @@ MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
 RACY_SECONDS = 0.1  # margin below the coarse clock at the read (file times are tick-coarse)
 CLOCK_REALTIME_COARSE = 5  # Linux; the clock file times are taken from
-
-# The annotations request.allow reads unless request.trusted_annotations says otherwise: the
-# container labels kubelet sets on every container, which CRI-O writes into the OCI config after,
-# and so over, the pod's own annotations (seen with CRI-O 1.37: tests/test_e2e_crio.py). A pod's
-# author can set any other key, and these ones too as pod annotations, but theirs lose.
-TRUSTED_ANNOTATIONS = [
-    "io.kubernetes.pod.namespace",
-    "io.kubernetes.pod.name",
-    "io.kubernetes.pod.uid",
-    "io.kubernetes.container.name",
-]
 
 DEFAULTS: dict = {
     "profile": "nvidia",
