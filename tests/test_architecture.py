@@ -33,6 +33,7 @@ LAYERS = {
         "ocihook.errors",
         "ocihook.structs",
         "ocihook.fastjson",
+        "ocihook.globmatch",
         "ocihook.linux.*",  # syscalls, securepath, mountinfo, namespaces, atomic, trusted files
         "ocihook.check.goregexp.*",
         "ocihook.check.findings",

@@ -19,6 +19,7 @@ import yaml
 
 from ocihook.config import compiled as cfg
 from ocihook.config.compiled import CACHE_MAGIC, compile_config, load_config
+from ocihook.linux import trusted
 from tests.conftest import PROFILES, base_config
 
 NOBODY = 65534
@@ -56,7 +57,7 @@ def cache_file(cache_dir: Path) -> Path:
 
 def settle(path: Path) -> None:
     """Age the file's ctime past the racy window (a file changed within it is not cached)."""
-    time.sleep(max(0.0, cfg.RACY_SECONDS - (time.time() - path.stat().st_ctime)) + 0.05)
+    time.sleep(max(0.0, trusted.RACY_SECONDS - (time.time() - path.stat().st_ctime)) + 0.05)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ocihook.errors import OcihookError
-from ocihook.ld import cachefile, native
+from ocihook.ld import cachefile, elf, native
 from ocihook.linux import securepath
 from ocihook.plan import cuda
 from tests.support import cuda_images, elfgen, hostile, hosts, synthetic
@@ -286,7 +286,7 @@ def test_the_listing_is_bounded(tmp_path, monkeypatch):
     directory = _image(tmp_path)
     for i in range(20):
         (directory / f"filler{i}").write_text("")
-    monkeypatch.setattr(cuda, "MAX_DIR_ENTRIES", 10)
+    monkeypatch.setattr(elf, "MAX_DIR_ENTRIES", 10)
     found = _probe(tmp_path)
     assert not found["use"] and found["reason"].endswith("more than 10 entries")
 

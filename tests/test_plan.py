@@ -162,7 +162,7 @@ def test_plan_unknown_index_is_a_clear_error(nvidia_config):
 def test_glob_match_agrees_with_fnmatch(pattern):
     import fnmatch
 
-    from ocihook.discover.roots import glob_match
+    from ocihook.globmatch import glob_match
 
     names = [
         "libcuda.so.1",
@@ -213,6 +213,6 @@ def test_synthetic_plan_json_is_what_the_executor_consumes(synth_root, tmp_path)
 def test_glob_match_agrees_with_fnmatch_on_any_star_pattern(name, pattern):
     import fnmatch
 
-    from ocihook.discover.roots import glob_match
+    from ocihook.globmatch import glob_match
 
     assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern)

@@ -11,45 +11,46 @@ import stat
 import pytest
 
 from ocihook.errors import OcihookError
-from ocihook.request import rootless, state
+from ocihook.linux import userns
+from ocihook.request import rootless
 
 ROOTLESS_MAP = "         0       1001          1\n         1     100000      65536\n"
 
 
 def test_parse_id_map_and_outside_ids():
-    id_map = state.parse_id_map(ROOTLESS_MAP)
+    id_map = userns.parse_id_map(ROOTLESS_MAP)
     assert id_map == ((0, 1001, 1), (1, 100000, 65536))
-    assert state.outside_id(id_map, 0) == 1001
-    assert state.outside_id(id_map, 1) == 100000
-    assert state.outside_id(id_map, 65536) == 165535
-    assert state.outside_id(id_map, 65537) is None
+    assert userns.outside_id(id_map, 0) == 1001
+    assert userns.outside_id(id_map, 1) == 100000
+    assert userns.outside_id(id_map, 65536) == 165535
+    assert userns.outside_id(id_map, 65537) is None
     with pytest.raises(ValueError):
-        state.parse_id_map("0 0\n")
+        userns.parse_id_map("0 0\n")
 
 
 def test_detect_reads_the_processes_own_map(tmp_path):
     identity = tmp_path / "identity"
     identity.write_text("         0          0 4294967295\n")
-    ns = state.detect_namespace(str(identity))
+    ns = userns.detect_namespace(str(identity))
     assert not ns.rootless and ns.host_uid is None
     mapped = tmp_path / "mapped"
     mapped.write_text(ROOTLESS_MAP)
-    ns = state.detect_namespace(str(mapped))
+    ns = userns.detect_namespace(str(mapped))
     assert ns.rootless and ns.uid_map == ((0, 1001, 1), (1, 100000, 65536))
     # A partial identity map is a user namespace too (root of a nested container).
     partial = tmp_path / "partial"
     partial.write_text("0 0 65536\n")
-    assert state.detect_namespace(str(partial)).rootless
+    assert userns.detect_namespace(str(partial)).rootless
     garbage = tmp_path / "garbage"
     garbage.write_text("zero 0 1\n")
     with pytest.raises(OcihookError, match="cannot tell whether the hook runs in a user namespace"):
-        state.detect_namespace(str(garbage))
+        userns.detect_namespace(str(garbage))
 
 
 def test_this_process_namespace_agrees_with_proc():
     with open("/proc/self/uid_map") as file:
         text = file.read()
-    assert state.hook_namespace().rootless == (state.parse_id_map(text) != state.IDENTITY_MAP)
+    assert userns.hook_namespace().rootless == (userns.parse_id_map(text) != userns.IDENTITY_MAP)
 
 
 def _node(uid: int, gid: int, mode: int) -> os.stat_result:
@@ -57,7 +58,7 @@ def _node(uid: int, gid: int, mode: int) -> os.stat_result:
     return os.stat_result(fields, {"st_rdev": os.makedev(10, 237)})
 
 
-NS = state.HookNamespace(True, ((0, 1001, 1), (1, 100000, 65536)), 1001, 65534, 65534)
+NS = userns.HookNamespace(True, ((0, 1001, 1), (1, 100000, 65536)), 1001, 65534, 65534)
 OUTSIDE = 65534  # what host root (and any unmapped id) shows as
 
 

@@ -19,7 +19,8 @@ import stat
 
 from ocihook.errors import OcihookError, describe
 from ocihook.linux import atomic, mountinfo, namespaces, securepath, syscalls
-from ocihook.plan.kinds import KINDS, is_source, is_type, type_name
+from ocihook.linux.filetypes import is_type, type_name
+from ocihook.plan.kinds import KINDS, is_source
 from ocihook.plan.model import NODE_BIND_FLAGS, DeviceNode, Link, Mount, Plan
 from ocihook.selinux.label import label_at
 from ocihook.structs import Struct

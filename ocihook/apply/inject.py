@@ -20,11 +20,11 @@ from ocihook.errors import OcihookError, describe
 from ocihook.ld import elf
 from ocihook.ld import known as ld_known
 from ocihook.linux import mountinfo, privileges, securepath
+from ocihook.linux.userns import hook_namespace
 from ocihook.pipeline import Planned, open_roots, plan_container
 from ocihook.plan.decide import Decision, Target
 from ocihook.plan.kinds import KINDS, LABEL_WRITABLE, Kind
 from ocihook.plan.model import Plan
-from ocihook.request.state import hook_namespace
 from ocihook.selinux import label as selinux_label
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only

@@ -12,8 +12,8 @@ applies rootless.py's rule instead, parents included); the cache dir is root's a
 cache file is root's and 0600, carries a format, the ocihook and Python versions and a
 CRC-32 of its body, and its config has the compiled shape; anything else is ignored and
 rebuilt. A file whose ctime is not safely before the kernel's coarse clock when it was read
-(within RACY_SECONDS) is not cached: file times move by the clock tick, so a same-size edit
-in the same tick as the read would keep the key.
+(within linux.trusted.RACY_SECONDS) is not cached: file times move by the clock tick, so a
+same-size edit in the same tick as the read would keep the key.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import time
 from ocihook import __version__
 from ocihook.errors import OcihookError, describe
 from ocihook.linux import trusted as store
-from ocihook.request.state import hook_namespace
+from ocihook.linux.userns import hook_namespace
+from ocihook.request.state import TRUSTED_ANNOTATIONS
 
 DEFAULT_CONFIG = "/etc/ocihook/config.yaml"
 DEFAULT_CACHE_DIR = "/run/ocihook/cache"
@@ -39,19 +40,6 @@ CACHE_FORMAT = 10  # 3: profiles with capabilities, ld_cache, library_dirs32, de
 CACHE_MAGIC = b"ocihook-config-cache\n"
 MAX_YAML_BYTES = 1 << 20
 MAX_CACHE_BYTES = 4 << 20
-RACY_SECONDS = 0.1  # margin below the coarse clock at the read (file times are tick-coarse)
-CLOCK_REALTIME_COARSE = 5  # Linux; the clock file times are taken from
-
-# The annotations request.allow reads unless request.trusted_annotations says otherwise: the
-# container labels kubelet sets on every container, which CRI-O writes into the OCI config after,
-# and so over, the pod's own annotations (seen with CRI-O 1.37: tests/test_e2e_crio.py). A pod's
-# author can set any other key, and these ones too as pod annotations, but theirs lose.
-TRUSTED_ANNOTATIONS = [
-    "io.kubernetes.pod.namespace",
-    "io.kubernetes.pod.name",
-    "io.kubernetes.pod.uid",
-    "io.kubernetes.container.name",
-]
 
 DEFAULTS: dict = {
     "profile": "nvidia",
@@ -305,8 +293,8 @@ def _read_yaml(path: str, what: str, missing_ok: bool = False):
                 break
         # Any write after this read gets a ctime >= the coarse clock now: a ctime safely below
         # it can never be taken again by another content.
-        now = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-        racy = _key(after) != _key(before) or after.st_ctime_ns > now - RACY_SECONDS * 1e9
+        now = time.clock_gettime_ns(store.CLOCK_REALTIME_COARSE)
+        racy = _key(after) != _key(before) or after.st_ctime_ns > now - store.RACY_SECONDS * 1e9
     if len(data) > MAX_YAML_BYTES:
         raise OcihookError(f"{what} {path}: larger than 1 MiB")
     try:

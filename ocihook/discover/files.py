@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 from ocihook.discover.found import Found, add_mount
-from ocihook.discover.roots import Roots, in_root, is_glob, resolve_final
+from ocihook.discover.roots import Roots, in_root, resolve_final
 from ocihook.errors import OcihookError
+from ocihook.globmatch import is_glob
 from ocihook.plan.kinds import found_kind, section_kind
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 
-from ocihook.discover.roots import Roots, host_path, is_glob
+from ocihook.discover.roots import Roots, host_path
 from ocihook.errors import OcihookError
+from ocihook.globmatch import is_glob
 from ocihook.plan.model import DeviceNode
 
 

@@ -10,12 +10,12 @@ import stat
 from ocihook.discover.roots import (
     Listing,
     Roots,
-    glob_match,
     host_path,
     in_root,
     resolve_final,
 )
 from ocihook.errors import OcihookError
+from ocihook.globmatch import glob_match
 from ocihook.ld import cachefile, elf
 from ocihook.linux import securepath
 from ocihook.structs import Struct

@@ -19,7 +19,7 @@ from ocihook.discover.roots import (
     host_path,
 )
 from ocihook.errors import OcihookError
-from ocihook.plan import kinds
+from ocihook.linux.filetypes import type_name
 from ocihook.plan.kinds import LIBRARY, LIBRARY32
 from ocihook.plan.model import PLACEHOLDER_LIB_DIR, PLACEHOLDER_LIB_DIR32, Link, Mount
 from ocihook.structs import Struct
@@ -185,7 +185,7 @@ def _soname_links(
                 points = "?"
             why = f"{host_link} points to {points}: the container's to {file_name}"
         elif entry is not None:
-            kind = kinds.type_name(entry.st_mode)
+            kind = type_name(entry.st_mode)
             why = f"{host_link} is a {kind}, not a soname link: the container's is one"
         elif names:
             why = f"{where}: DT_SONAME {soname}, not {', '.join(names)}: the container gets both"

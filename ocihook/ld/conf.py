@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ocihook.discover.roots import glob_match, is_glob
+from ocihook.globmatch import glob_match, is_glob
 from ocihook.linux import securepath
 
 MAX_FILE = 64 << 10

@@ -5,7 +5,8 @@ Discovery reads a driver library's class (which lib dir it belongs to) and its D
 soname, class, machine and DT_NEEDED for the cache entry's flags; the hook, `cdi-hook` and
 `ocihook check` whether the host's ldconfig is a static executable (open_static_executable);
 the CUDA compat probe (plan/cuda.py) a note section of an image's compat libcuda
-(note_section).
+(note_section), which it and the compat dir's cache entries (ld/native.py) open with
+open_regular.
 The file may come from a driver volume or from the container's image: hostile input. Every
 read is bounded, every offset checked; what cannot be told is a reason (a string), never an
 exception.
@@ -18,6 +19,7 @@ import stat
 import struct
 
 from ocihook.errors import OcihookError, describe
+from ocihook.linux import securepath
 from ocihook.structs import Struct
 
 MAX_PHNUM = 512
@@ -27,6 +29,8 @@ MAX_NEEDED = 256
 MAX_SHNUM = 4096
 MAX_SHSTRTAB = 1 << 16
 MAX_NOTE = 4096
+MAX_DIR_ENTRIES = 4096  # the most entries of an image's library dir listed (its CUDA compat dir)
+MAX_LIBRARY_BYTES = 1 << 30  # the largest library open_regular opens
 SHT_NOTE = 7
 ELFCLASS32, ELFCLASS64 = 1, 2
 ET_DYN = 3
@@ -149,6 +153,27 @@ def read_at(dir_fd: int, name: str, needed_for: tuple[int, ...] = ()) -> Library
         return read_fd(fd, needed_for)
     finally:
         os.close(fd)
+
+
+def open_regular(dir_fd: int, name: str) -> int | str:
+    """`name` in the dir opened for reading when it is a regular file (an O_PATH fd,
+    not following a link, checked, then reopened: a FIFO or a device node is never
+    opened, whatever it is swapped for), or why not."""
+    try:
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        return describe(error)
+    try:
+        st = os.fstat(path_fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > MAX_LIBRARY_BYTES:
+            return f"larger than {MAX_LIBRARY_BYTES >> 30} GiB"
+        return os.open(securepath.fd_path(path_fd), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        return describe(error)
+    finally:
+        os.close(path_fd)
 
 
 def read_fd(fd: int, needed_for: tuple[int, ...] = ()) -> Library | str:

@@ -9,10 +9,10 @@ linux.trusted like the records), keyed by the identity of the source file that w
 its device, inode, size, mtime and ctime, from the fstat of the very fd that was cloned and
 attached (a file changed in any way, replaced or rewritten, has another key and is read
 again). As for the config cache (config/compiled.py), a file whose ctime is not at least
-RACY_SECONDS below the coarse clock taken before the reads is not kept: file times move by
-the clock tick, so a same-size rewrite in the tick of the read would keep the key. Only
-entries that were read whole and accepted are kept, and only those of the last start
-(bounded by the driver's size). A missing, unreadable or malformed store is read as
+linux.trusted.RACY_SECONDS below the coarse clock taken before the reads is not kept: file
+times move by the clock tick, so a same-size rewrite in the tick of the read would keep the
+key. Only entries that were read whole and accepted are kept, and only those of the last
+start (bounded by the driver's size). A missing, unreadable or malformed store is read as
 empty: the writer then reads every library, as without it. The image's own cache and files
 are never kept: they are read by fd at every start.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import marshal
 import time
 
-from ocihook.config.compiled import CLOCK_REALTIME_COARSE, RACY_SECONDS
 from ocihook.errors import OcihookError
 from ocihook.linux import trusted
 
@@ -42,12 +41,12 @@ def key_of(st) -> Key:
 
 def clock() -> int:
     """The coarse clock file times come from (ns): taken before the reads, for `settled`."""
-    return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    return time.clock_gettime_ns(trusted.CLOCK_REALTIME_COARSE)
 
 
 def settled(key: Key, before: int) -> bool:
     """Whether a file of this key had its last change well before `before` (a `clock()`)."""
-    return key[4] <= before - RACY_SECONDS * 1e9
+    return key[4] <= before - trusted.RACY_SECONDS * 1e9
 
 
 def load(state_fd: int) -> dict:

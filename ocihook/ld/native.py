@@ -155,11 +155,9 @@ def merge(image: list, ours: list) -> list:
 
 def compat_entries(root_fd: int, directory: str) -> list:
     """The entries ldconfig would make for the image's CUDA compat dir (cuda.py decided to
-    put it first): each regular DSO file there, by fd (cuda.open_regular: no FIFO or
+    put it first): each regular DSO file there, by fd (elf.open_regular: no FIFO or
     device node is opened), whose DT_SONAME names something in the dir; the others are
-    skipped, as the image's own business. Bounded by cuda.MAX_DIR_ENTRIES."""
-    from ocihook.plan import cuda
-
+    skipped, as the image's own business. Bounded by elf.MAX_DIR_ENTRIES."""
     try:
         dir_fd = securepath.resolve(root_fd, directory, flags=os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -168,11 +166,11 @@ def compat_entries(root_fd: int, directory: str) -> list:
     prefix = directory.rstrip("/").encode() + b"/"
     try:
         with os.scandir(dir_fd) as listing:
-            names = sorted(e.name for _, e in zip(range(cuda.MAX_DIR_ENTRIES), listing))
+            names = sorted(e.name for _, e in zip(range(elf.MAX_DIR_ENTRIES), listing))
         for name in names:
             if not is_dso_name(name):
                 continue
-            fd = cuda.open_regular(dir_fd, name)
+            fd = elf.open_regular(dir_fd, name)
             if isinstance(fd, str):
                 continue
             try:

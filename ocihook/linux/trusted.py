@@ -17,6 +17,11 @@ from ocihook.errors import OcihookError, describe
 from ocihook.linux import atomic
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# File times move by the kernel's clock tick: a cache keyed by a file's stat (the config
+# cache, the ld cache entries kept between starts) keeps a file only when its ctime is at
+# least RACY_SECONDS below this clock taken before the read.
+CLOCK_REALTIME_COARSE = 5  # Linux; the clock file times are taken from
+RACY_SECONDS = 0.1
 
 
 def dir_problem(st: os.stat_result) -> str | None:

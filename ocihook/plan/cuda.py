@@ -29,8 +29,6 @@ from ocihook.ld import elf
 from ocihook.linux import securepath
 
 COMPAT_MODES = ("ldconfig", "hook", "disabled")  # NVIDIA's cuda-compat-mode, as supported
-MAX_DIR_ENTRIES = 4096
-MAX_LIBRARY_BYTES = 1 << 30
 NOTE_SECTION = b".note.cuda.fwd_compatibility"
 NOTE_OWNER = b"NVIDIA Corporation"
 RULE_NOTE = "note"  # the library's note decided (the branches it lists, then the versions)
@@ -237,8 +235,8 @@ def _compat_library(
     try:
         with os.scandir(dir_fd) as entries:
             for count, entry in enumerate(entries):
-                if count >= MAX_DIR_ENTRIES:
-                    return f"{directory}: more than {MAX_DIR_ENTRIES} entries"
+                if count >= elf.MAX_DIR_ENTRIES:
+                    return f"{directory}: more than {elf.MAX_DIR_ENTRIES} entries"
                 rest = entry.name[len(prefix) :] if entry.name.startswith(prefix) else ""
                 if "." in rest:  # NVIDIA's glob: libcuda.so.*.*
                     candidates.append(entry.name)
@@ -266,32 +264,11 @@ def _compat_library(
     return name, name[len(prefix) :], checked[0]
 
 
-def open_regular(dir_fd: int, name: str) -> int | str:
-    """`name` in the dir opened for reading when it is a regular file (an O_PATH fd,
-    not following a link, checked, then reopened: a FIFO or a device node is never
-    opened, whatever it is swapped for), or why not."""
-    try:
-        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as error:
-        return describe(error)
-    try:
-        st = os.fstat(path_fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file"
-        if st.st_size > MAX_LIBRARY_BYTES:
-            return f"larger than {MAX_LIBRARY_BYTES >> 30} GiB"
-        return os.open(securepath.fd_path(path_fd), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as error:
-        return describe(error)
-    finally:
-        os.close(path_fd)
-
-
 def _check_library(root_fd: int, dir_fd: int, directory: str, name: str, soname: str):
     """(its note: parse_note's,) when `name` (in the dir) is a 64-bit ELF shared library
     with DT_SONAME `soname` whose soname link the dir has; else why it is not one. Read by
     fd, headers and the note only."""
-    fd = open_regular(dir_fd, name)
+    fd = elf.open_regular(dir_fd, name)
     if isinstance(fd, str):
         return fd
     try:

@@ -69,7 +69,7 @@ class Target(Struct):
     mount_label: str | None  # the container's SELinux mount label, when one is at hand
     lib_dir: str | None  # the library dir the command line gives (`--lib-dir`), else None
     image: bool  # the image's root is at hand to probe (the rootfs, `ocihook plan --rootfs`)
-    # The hook itself runs in a user namespace (rootless podman: state.hook_namespace, the
+    # The hook itself runs in a user namespace (rootless podman: linux.userns.hook_namespace, the
     # hook's own uid_map, never the container's config): no mknod, no device cgroup edit.
     rootless: bool
 

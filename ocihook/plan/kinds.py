@@ -1,4 +1,5 @@
-"""Kinds of injected file, and the file types they are made of: the one table of each.
+"""Kinds of injected file: the one table of them (the file types they are made of are
+linux/filetypes.py's).
 
 Discovery gives each bind mount a kind (`Mount.kind`); the plan takes its mount flags and
 the library dir it moves with from here, the executor the file types its source and its
@@ -13,35 +14,8 @@ from __future__ import annotations
 
 import stat
 
+from ocihook.linux.filetypes import SHORT_BY_IFMT, TEST_BY_SHORT
 from ocihook.structs import Struct
-
-# File types by st_mode: (words in messages, short name in listings and in KINDS, test).
-FILE_TYPES = (
-    ("symlink", "link", stat.S_ISLNK),
-    ("directory", "dir", stat.S_ISDIR),
-    ("regular file", "file", stat.S_ISREG),
-    ("fifo", "fifo", stat.S_ISFIFO),
-    ("socket", "sock", stat.S_ISSOCK),
-    ("character device", "chr", stat.S_ISCHR),
-    ("block device", "blk", stat.S_ISBLK),
-)
-_TESTS = {short: test for _name, short, test in FILE_TYPES}
-
-
-def type_name(mode: int) -> str:
-    """'regular file', 'symlink', ... (for messages)."""
-    return next((name for name, _short, test in FILE_TYPES if test(mode)), "file of unknown type")
-
-
-def short_type(mode: int) -> str:
-    """'file', 'link', 'dir', ... (for listings); 'other' for a type Linux does not have."""
-    return next((short for _name, short, test in FILE_TYPES if test(mode)), "other")
-
-
-def is_type(mode: int, shorts: tuple[str, ...]) -> bool:
-    """Whether the st_mode is one of the file types named (short names)."""
-    return any(_TESTS[short](mode) for short in shorts)
-
 
 # Rules a bind-mount source's SELinux label is checked against (inject.check_source_labels).
 LABEL_SHARED = "shared"  # readable by every container: container_ro_file_t or a host lib type
@@ -49,7 +23,8 @@ LABEL_WRITABLE = "writable"  # writable by every container: container_file_t at 
 
 
 class Kind(Struct):
-    """One kind of bind-mounted driver file."""
+    """One kind of bind-mounted driver file (built by keyword: the fields with a default
+    are the safe choice, a read-only, noexec regular file checked as shared)."""
 
     __slots__ = (
         "name",
@@ -63,6 +38,14 @@ class Kind(Struct):
         "shown",
         "audit",
     )
+    _defaults = {
+        "source": "file",
+        "mount_points": ("file",),
+        "executable": False,
+        "lib_dir": None,
+        "may_write": False,
+        "label": LABEL_SHARED,
+    }
     name: str  # Mount.kind: in the plan, its JSON and the records
     source: str  # the file type (short name) its source must be
     mount_points: tuple[str, ...]  # the file types the image may have at its target
@@ -94,51 +77,55 @@ KINDS = {
     kind.name: kind
     for kind in (
         Kind(
-            LIBRARY, "file", ("file",), True, "lib_dir", ("libraries",), False,
-            LABEL_SHARED, "library", "library",
+            name=LIBRARY,
+            executable=True,
+            lib_dir="lib_dir",
+            sections=("libraries",),
+            shown="library",
+            audit="library",
         ),
         Kind(
-            LIBRARY32, "file", ("file",), True, "lib_dir32", ("libraries",), False,
-            LABEL_SHARED, "library32", "library32",
+            name=LIBRARY32,
+            executable=True,
+            lib_dir="lib_dir32",
+            sections=("libraries",),
+            shown="library32",
+            audit="library32",
         ),
         Kind(
-            BINARY, "file", ("file",), True, None, ("binaries",), False,
-            LABEL_SHARED, "binary", "binary",
+            name=BINARY,
+            executable=True,
+            sections=("binaries",),
+            shown="binary",
+            audit="binary",
+        ),
+        Kind(name=FIRMWARE, sections=("firmware",), shown="firmware", audit="firmware"),
+        Kind(name=FILE, sections=("files",), shown="file", audit="file"),
+        Kind(
+            name=SOCKET,
+            source="sock",
+            mount_points=("file", "sock"),
+            sections=("files", "firmware"),
+            shown="socket",
+            audit="socket",
         ),
         Kind(
-            FIRMWARE, "file", ("file",), False, None, ("firmware",), False,
-            LABEL_SHARED, "firmware", "firmware",
-        ),
-        Kind(
-            FILE, "file", ("file",), False, None, ("files",), False,
-            LABEL_SHARED, "file", "file",
-        ),
-        Kind(
-            SOCKET, "sock", ("file", "sock"), False, None, ("files", "firmware"), False,
-            LABEL_SHARED, "socket", "socket",
-        ),
-        Kind(
-            DIRECTORY, "dir", ("dir",), False, None, ("files",), True,
-            LABEL_SHARED, "directory", "directory",
+            name=DIRECTORY,
+            source="dir",
+            mount_points=("dir",),
+            sections=("files",),
+            may_write=True,
+            shown="directory",
+            audit="directory",
         ),
     )
-}  # fmt: skip
+}
 # The profile lists that name driver files, in the order discovery reads them (each has its
 # discoverer, discover/build.py's DISCOVERERS).
 SECTIONS = ("libraries", "binaries", "firmware", "files")
 # Looked up for every injected file: computed once from KINDS.
 MOUNT_FLAGS = {(k.name, rw): k.flags(rw) for k in KINDS.values() for rw in (False, True)}
-_SOURCE_TESTS = {k.name: _TESTS[k.source] for k in KINDS.values()}
-# File type (stat.S_IFMT of st_mode) -> its short name: one dict lookup per file found.
-_SHORT_BY_IFMT = {
-    stat.S_IFLNK: "link",
-    stat.S_IFDIR: "dir",
-    stat.S_IFREG: "file",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFSOCK: "sock",
-    stat.S_IFCHR: "chr",
-    stat.S_IFBLK: "blk",
-}
+_SOURCE_TESTS = {k.name: TEST_BY_SHORT[k.source] for k in KINDS.values()}
 # What a file that an entry of a profile list matched becomes: the list's kind for the
 # file's type and the lib dir it goes to. Only `libraries` has two kinds of one file type
 # (its 64- and 32-bit copies, which go to two lib dirs); a `files` entry may match a regular
@@ -155,7 +142,7 @@ def found_kind(section: str, mode: int, lib_dir: str | None = None) -> Kind | No
     """The kind of a file that an entry of the profile list `section` matched, by its file
     type (st_mode) and the lib dir it goes to (a Kind.lib_dir; None but for libraries);
     None: a file that list does not inject."""
-    return BY_SOURCE.get((section, _SHORT_BY_IFMT.get(stat.S_IFMT(mode)), lib_dir))
+    return BY_SOURCE.get((section, SHORT_BY_IFMT.get(stat.S_IFMT(mode)), lib_dir))
 
 
 def section_kind(section: str) -> Kind:

@@ -12,9 +12,8 @@ from `ocihook.io/capabilities` or `<PREFIX>_DRIVER_CAPABILITIES`.
 
 from __future__ import annotations
 
-from ocihook.config.compiled import TRUSTED_ANNOTATIONS
 from ocihook.errors import OcihookError
-from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS
+from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS, TRUSTED_ANNOTATIONS
 from ocihook.structs import Struct
 
 MAX_REQUEST_LENGTH = 1024

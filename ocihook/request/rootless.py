@@ -1,7 +1,7 @@
 """Rootless podman: the hook runs as root of the user's user namespace, with that user's rights.
 
 Whether the hook runs so is decided by the hook's own process, never by the container
-(state.hook_namespace: its /proc/self/uid_map is the identity map only in the initial user
+(linux.userns.hook_namespace: its /proc/self/uid_map is the identity map only in the initial user
 namespace, where root podman and CRI-O run hooks), and this module is imported only then.
 What differs (docs/rootless.md):
 
@@ -21,8 +21,7 @@ import os
 import stat
 
 from ocihook.errors import OcihookError, describe
-from ocihook.request.state import HookNamespace as Namespace
-from ocihook.request.state import outside_id
+from ocihook.linux.userns import HookNamespace, outside_id
 
 POSIX_ACL = "system.posix_acl_access"
 KEEP_GROUPS = "run.oci.keep_original_groups"  # podman --group-add keep-groups (crun)
@@ -37,7 +36,7 @@ CDI_ROUTE = (
 # Per-user dirs
 
 
-def user_dir(ns: Namespace) -> str:
+def user_dir(ns: HookNamespace) -> str:
     """Where a rootless hook keeps records: /run/user/<host uid>/ocihook."""
     if ns.host_uid is None:
         raise OcihookError(
@@ -47,12 +46,12 @@ def user_dir(ns: Namespace) -> str:
     return f"{RUNTIME_ROOT}/{ns.host_uid}/ocihook"
 
 
-def cache_dir(ns: Namespace) -> str:
+def cache_dir(ns: HookNamespace) -> str:
     """Where a rootless hook keeps the compiled config: <user_dir>/cache."""
     return user_dir(ns) + "/cache"
 
 
-def check_runtime_dir(ns: Namespace, root: str = RUNTIME_ROOT) -> None:
+def check_runtime_dir(ns: HookNamespace, root: str = RUNTIME_ROOT) -> None:
     """The user's runtime dir /run/user/<uid> exists, is the user's (uid 0 in the
     namespace) and nobody else may write it; OcihookError (one line, with the CDI route)
     otherwise. The hook creates <it>/ocihook 0700 itself; it cannot create /run/user/<uid>."""
@@ -80,14 +79,14 @@ def check_runtime_dir(ns: Namespace, root: str = RUNTIME_ROOT) -> None:
 # Trust rule
 
 
-def _owner(ns: Namespace, uid: int) -> str:
+def _owner(ns: HookNamespace, uid: int) -> str:
     if uid == ns.overflow_uid:
         return f"uid {uid}, unmapped or mapped"
     host = outside_id(ns.uid_map, uid)
     return f"uid {uid}, host uid {host}" if host is not None else f"uid {uid}"
 
 
-def _problem(ns: Namespace, path: str, st: os.stat_result) -> str | None:
+def _problem(ns: HookNamespace, path: str, st: os.stat_result) -> str | None:
     if st.st_uid != ns.overflow_uid:
         return (
             f"owned by {_owner(ns, st.st_uid)} of the user namespace, which the user's "
@@ -116,7 +115,7 @@ def _mapped_owner(path: str) -> str | None:
     return "owned by a uid the user namespace maps (shown as the overflow uid)"
 
 
-def trust_problem(ns: Namespace, path: str, st: os.stat_result) -> str | None:
+def trust_problem(ns: HookNamespace, path: str, st: os.stat_result) -> str | None:
     """Why a rootless hook may not use the config or profile `path` (whose stat is `st`),
     or None. Inside the user namespace every uid it does not map shows as the overflow uid
     (65534), host root included: the file and every parent directory must be owned by such
@@ -160,7 +159,7 @@ def _parents(path: str) -> list[str]:
 
 
 def device_problem(
-    ns: Namespace, path: str, st: os.stat_result, access: str, has_acl: bool, keeps_groups: bool
+    ns: HookNamespace, path: str, st: os.stat_result, access: str, has_acl: bool, keeps_groups: bool
 ) -> str | None:
     """Why a rootless container cannot open the host node `path` (its stat `st`) for
     `access`, or None when it may. Without a device cgroup rule and without mknod, the
@@ -189,7 +188,7 @@ def device_problem(
     )
 
 
-def check_nodes(ns: Namespace, devices: list, device_fd: int, annotations: dict) -> None:
+def check_nodes(ns: HookNamespace, devices: list, device_fd: int, annotations: dict) -> None:
     """OcihookError (one line) for the first planned node (plan.DeviceNode) a rootless
     container could not open; before anything is changed."""
     from ocihook.linux import securepath  # ctypes: not needed at poststop

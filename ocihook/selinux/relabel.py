@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from ocihook.errors import OcihookError, describe
 from ocihook.linux import securepath
-from ocihook.plan.kinds import short_type
+from ocihook.linux.filetypes import short_type
 from ocihook.selinux.label import (
     DEVICE_TYPE,
     SHARED_FILE_CONTEXT,

@@ -30,14 +30,9 @@ import os
 from ocihook import fastjson
 from ocihook.config.compiled import load_config
 from ocihook.errors import OcihookError
+from ocihook.linux.userns import hook_namespace
 from ocihook.request.assemble import container_request, may_ask
-from ocihook.request.state import (
-    MAX_CONFIG_BYTES,
-    Container,
-    hook_namespace,
-    parse_json,
-    spec_container,
-)
+from ocihook.request.state import MAX_CONFIG_BYTES, Container, parse_json, spec_container
 
 WHERE = "config on stdin (precreate)"
 

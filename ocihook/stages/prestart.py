@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from ocihook.config.compiled import load_config
 from ocihook.errors import OcihookError
+from ocihook.linux.userns import hook_namespace
 from ocihook.request.assemble import container_request, may_ask
-from ocihook.request.state import PRESTART_STATUSES, hook_namespace, load_container, read_state
+from ocihook.request.state import PRESTART_STATUSES, load_container, read_state
 
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
