@@ -25,7 +25,7 @@ import time
 
 from ocihook import __version__
 from ocihook.errors import OcihookError, describe
-from ocihook.linux import trusted as store
+from ocihook.linux import trusted
 from ocihook.linux.userns import hook_namespace
 from ocihook.request.state import TRUSTED_ANNOTATIONS
 
@@ -168,12 +168,12 @@ def _fresh(files: list) -> bool:
 def _cache_dir(cache_dir: str) -> int | None:
     """The cache dir's fd when it is (or can be made) trusted; None: do without a cache."""
     try:
-        store.make_dirs(cache_dir, "config cache dir")
-        fd = os.open(cache_dir, store.DIR_FLAGS)
+        trusted.make_dirs(cache_dir, "config cache dir")
+        fd = os.open(cache_dir, trusted.DIR_FLAGS)
     except (OSError, OcihookError):
         return None
     st = os.fstat(fd)
-    problem = store.dir_problem(st)
+    problem = trusted.dir_problem(st)
     if problem and not problem.startswith("mode"):
         os.close(fd)  # not a dir, or not ours: never used
         return None
@@ -192,7 +192,7 @@ def _read_cache(dir_fd: int, name: str) -> dict | None:
     """The cached content when it is intact and has the right shape, else None."""
     import zlib
 
-    data = store.read_file(dir_fd, name, MAX_CACHE_BYTES)
+    data = trusted.read_file(dir_fd, name, MAX_CACHE_BYTES)
     if not data or not data.startswith(CACHE_MAGIC):
         return None
     checksum, body = data[len(CACHE_MAGIC) : len(CACHE_MAGIC) + 8], data[len(CACHE_MAGIC) + 8 :]
@@ -259,7 +259,7 @@ def _write_cache(dir_fd: int, cache_dir: str, name: str, files: list, config: di
     body = marshal.dumps(content)
     data = CACHE_MAGIC + b"%08x" % zlib.crc32(body) + body
     try:
-        store.write_file(dir_fd, cache_dir, name, data, "config cache")
+        trusted.write_file(dir_fd, cache_dir, name, data, "config cache")
     except OcihookError:
         pass
 
@@ -293,8 +293,8 @@ def _read_yaml(path: str, what: str, missing_ok: bool = False):
                 break
         # Any write after this read gets a ctime >= the coarse clock now: a ctime safely below
         # it can never be taken again by another content.
-        now = time.clock_gettime_ns(store.CLOCK_REALTIME_COARSE)
-        racy = _key(after) != _key(before) or after.st_ctime_ns > now - store.RACY_SECONDS * 1e9
+        now = time.clock_gettime_ns(trusted.CLOCK_REALTIME_COARSE)
+        racy = _key(after) != _key(before) or after.st_ctime_ns > now - trusted.RACY_SECONDS * 1e9
     if len(data) > MAX_YAML_BYTES:
         raise OcihookError(f"{what} {path}: larger than 1 MiB")
     try:
