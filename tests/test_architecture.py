@@ -418,7 +418,6 @@ def test_fd_paths_come_from_fd_path():
 # Generated or ported tables, not written by hand (their generators are named in them).
 GENERATED = {
     "ocihook.check.goregexp.tables",  # scripts/re2data's output
-    "ocihook.check.goregexp.syntax",  # Go's regexp/syntax parser, ported line by line
     "ocihook.deviceplugin.v1beta1.api_pb2",  # make stubs (grpcio-tools)
     "ocihook.deviceplugin.v1beta1.api_pb2_grpc",
 }

@@ -10,7 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from ocihook.check.installation import allocated_route, node_mode
+from ocihook.config.compiled import compile_config
 from tests.conftest import REPO, base_config
+from tests.support import synthetic
 
 
 def test_shipped_hooks_d_gates_by_annotation_with_explicit_env():
@@ -124,3 +129,17 @@ def test_check_renders_plain_records():
         "WARNING config cache dir y: mode 0777\n"
         "FAILED  no hooks.d file for ocihook in z\n"
     )
+
+
+def test_check_says_which_mode_the_node_is_in(tmp_path):
+    direct = synthetic.config(tmp_path)
+    path = tmp_path / "config.yaml"
+    for settings, words in (
+        (direct, "mode: direct: a container asks with the ocihook.io/devices annotation"),
+        ({**direct, "kubernetes": {"device_plugin": True}}, "mode: Kubernetes"),
+    ):
+        path.write_text(yaml.safe_dump(settings))
+        assert node_mode(compile_config(str(path))[0]).startswith(words)
+    line = allocated_route("CRI-O")
+    assert line.status == "ok"
+    assert "Kubernetes mode: the device plugin's device specs" in line.message

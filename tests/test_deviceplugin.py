@@ -432,22 +432,6 @@ def test_grpc_is_never_on_the_hooks_path():
     assert "grpc" not in out.stdout and "ocihook.deviceplugin" not in out.stdout, out.stdout
 
 
-def test_check_says_which_mode_the_node_is_in(tmp_path):
-    from ocihook.cli.commands import _allocated_route, _mode
-
-    direct = synthetic.config(tmp_path)
-    path = tmp_path / "config.yaml"
-    for settings, words in (
-        (direct, "mode: direct: a container asks with the ocihook.io/devices annotation"),
-        ({**direct, "kubernetes": {"device_plugin": True}}, "mode: Kubernetes"),
-    ):
-        path.write_text(yaml.safe_dump(settings))
-        assert _mode(compile_config(str(path))[0]).startswith(words)
-    line = _allocated_route("CRI-O")
-    assert line.status == "ok"
-    assert "Kubernetes mode: the device plugin's device specs" in line.message
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("nvml", ["answer", "fail"])
 def test_nvidia_ids_are_uuids_and_mig_devices_and_nvml_is_the_probe(tmp_path, nvml):

@@ -240,3 +240,24 @@ def test_timer_rewrites_the_file_and_stops_on_sigterm(hook_setup, tmp_path):
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert os.listdir(out.parent) == ["ocihook"]
+
+
+def test_a_check_that_breaks_is_reported_as_check_would_exit(monkeypatch, tmp_path):
+    """features runs check's checks in-process; one that raises (a stand-in bug: the checks
+    replaced by one that raises) reads as `ocihook check` would have exited, one line."""
+    from ocihook.check import installation
+    from ocihook.cli.features import check_problem
+    from ocihook.errors import OcihookError
+
+    def broken(*args):
+        raise KeyError("k")
+
+    monkeypatch.setattr(installation, "run_checks", broken)
+    config = str(tmp_path / "config.yaml")
+    assert check_problem(config, ()) == "ocihook check exited 70: internal error: KeyError: 'k'"
+
+    def refused(*args):
+        raise OcihookError("no", status=3)
+
+    monkeypatch.setattr(installation, "run_checks", refused)
+    assert check_problem(config, ()) == "ocihook check exited 3: no"

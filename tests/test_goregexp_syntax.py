@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from ocihook.check.goregexp import syntax, tables
+from ocihook.check.goregexp.dialect import GO119, GO121, GO126, Dialect
 from tests.support import goregexp
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "data" / "re2" / "patterns.txt"
-DIALECTS = {"go1.21": syntax.GO121, "go1.26": syntax.GO126}
+DIALECTS = {"go1.21": GO121, "go1.26": GO126}
 
 
 @pytest.fixture(scope="session")
@@ -29,12 +30,12 @@ def oracles(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def verdict(pattern: bytes, dialect: syntax.Dialect) -> tuple[str, bytes] | None:
+def verdict(pattern: bytes, dialect: Dialect) -> tuple[str, bytes] | None:
     error = syntax.check(pattern, dialect)
     return None if error is None else (error.code, syntax.expr_bytes(error))
 
 
-def disagreements(oracle: Path, dialect: syntax.Dialect, patterns: list[bytes]) -> list[str]:
+def disagreements(oracle: Path, dialect: Dialect, patterns: list[bytes]) -> list[str]:
     go = goregexp.ask(oracle, patterns)
     out = []
     for pattern, expected in zip(patterns, go):
@@ -201,7 +202,7 @@ def corpus() -> list[bytes]:
 def test_the_corpus_is_large_and_mixed():
     patterns = corpus()
     assert len(patterns) > 5000
-    verdicts = [verdict(p, syntax.GO126) for p in patterns]
+    verdicts = [verdict(p, GO126) for p in patterns]
     assert sum(v is None for v in verdicts) > 1000  # compiles
     codes = {v[0] for v in verdicts if v is not None}
     assert len(codes) >= 12, codes  # nearly every error code Go has
@@ -219,7 +220,7 @@ def test_every_pattern_gets_go_s_verdict(name, oracles):
 def test_go_s_size_and_depth_limits(oracles):
     """Against go1.26 only: the limits are the same code in every dialect (the patterns name
     no class whose lookup differs), and this corpus is the slow one."""
-    problems = disagreements(oracles["go1.26"], syntax.GO126, limits())
+    problems = disagreements(oracles["go1.26"], GO126, limits())
     assert not problems, "\n".join(problems)
 
 
@@ -261,7 +262,7 @@ ESCAPE = "invalid escape sequence"
     ],
 )
 def test_dialects(pattern, go119, go121, go126):
-    got = [syntax.check(pattern, d) for d in (syntax.GO119, syntax.GO121, syntax.GO126)]
+    got = [syntax.check(pattern, d) for d in (GO119, GO121, GO126)]
     assert [e and e.code for e in got] == [go119, go121, go126]
 
 

@@ -85,7 +85,7 @@ class _Pairs(list):
 def _go_fold(name: str) -> str:
     """encoding/json's foldName: ASCII upper case, other runes the least of their case
     orbit (so "ſ" matches "s" and the Kelvin sign "k")."""
-    from ocihook.check.goregexp import syntax
+    from ocihook.check.goregexp.runes import simple_fold
 
     out = []
     for c in name:
@@ -94,7 +94,7 @@ def _go_fold(name: str) -> str:
             out.append(c.upper())
             continue
         while True:
-            r2 = syntax.simple_fold(r)
+            r2 = simple_fold(r)
             if r2 <= r:
                 break
             r = r2
@@ -261,8 +261,9 @@ def _structure_problems(document: dict) -> list[str]:
 def _pattern_problem(pattern: str, where: str) -> str | None:
     """Why the Go versions the runtimes are built with reject a when pattern, or None."""
     from ocihook.check.goregexp import syntax
+    from ocihook.check.goregexp.dialect import GO119, GO121, GO126
 
-    dialects = (syntax.GO119, syntax.GO121, syntax.GO126)
+    dialects = (GO119, GO121, GO126)
     errors = {d.name: syntax.check(pattern, d) for d in dialects}
     failing = [name for name, error in errors.items() if error is not None]
     if not failing:

@@ -12,19 +12,16 @@ expiry makes the labels vanish when the writer (the DaemonSet) is gone.
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import click
 
 from ocihook.cli.commands import config_option
-from ocihook.cli.output import emit_json, exit_after_report, json_option, usage_error
-from ocihook.errors import EXIT_FAILURE, OcihookError
+from ocihook.cli.output import PREFIX, emit_json, exit_after_report, json_option, usage_error
+from ocihook.config.compiled import DEFAULT_CACHE_DIR
+from ocihook.errors import EXIT_FAILURE, OcihookError, exit_line
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/ocihook"
 DEFAULT_PREFIX = "ocihook.io"
@@ -43,29 +40,22 @@ def label_value(text: str) -> str:
 
 
 def check_problem(config_path: str, hooks_dirs: tuple[str, ...]) -> str | None:
-    """None when `ocihook check` (the same command a person runs) passes, else why not: its
-    first FAILED line."""
-    args = [sys.executable, "-m", "ocihook.cli.main", "check", "--json", "--config", config_path]
-    for directory in hooks_dirs:
-        args += ["--hooks-dir", directory]
-    # The same ocihook as this one, wherever it was imported from (an installer's lib dir).
-    # (this file is <parent>/ocihook/cli/features.py)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
-    result = subprocess.run(args, capture_output=True, timeout=120, env=env)
-    if result.returncode == 0:
-        return None
+    """None when `ocihook check`'s checks (check.installation.run_checks, as a person runs
+    them) pass, else why not: the first FAILED line, or the line `ocihook check` would exit
+    with."""
+    from ocihook.check.findings import FAILED
+    from ocihook.check.installation import run_checks
+
     try:
-        report = json.loads(result.stdout)
-        failed = [f["message"] for f in report.get("findings", ()) if f["status"] == "failed"]
-        error = report.get("error")
-    except (ValueError, AttributeError, KeyError, TypeError):
-        failed, error = [], None
-    if failed:
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return f"ocihook check: {failed[0]}{more}"
-    return f"ocihook check exited {result.returncode}: {error or 'no report'}"
+        findings = run_checks(config_path, list(hooks_dirs), DEFAULT_CACHE_DIR)
+    except Exception as error:  # as `ocihook check` reports it: one line and its status
+        status, line = exit_line(error)
+        return f"ocihook check exited {status}: {line[len(PREFIX) :]}"
+    failed = [f.message for f in findings if f.status == FAILED]
+    if not failed:
+        return None
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"ocihook check: {failed[0]}{more}"
 
 
 def collect(
