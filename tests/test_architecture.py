@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -452,3 +453,129 @@ def test_no_hand_written_module_is_over_600_lines():
     }
     assert long == {}
     assert all(name in MODULES for name in GENERATED), "GENERATED names a module that is gone"
+
+
+# -- docs/architecture.md against the code --------------------------------------------------
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+_SPAN = re.compile(r"`([^`\n]+)`")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def _page_names() -> list[str]:
+    """The dotted names in code spans of the page that start with a package or a top-level
+    module of ocihook (`plan.decide.finalize`, `apply.inject`, `Decision.in_image` is not)."""
+    roots = {name.split(".")[1] for name in MODULES if name.count(".") >= 1}
+    names = []
+    for span in _SPAN.findall(ARCHITECTURE.read_text()):
+        text = span.strip().rstrip("()")
+        text = text[len("ocihook.") :] if text.startswith("ocihook.") else text
+        if text.endswith((".py", ".json")):
+            continue  # a file: test_every_path_the_architecture_page_gives_exists
+        if _DOTTED.fullmatch(text) and text.split(".")[0] in roots:
+            names.append(text)
+    return names
+
+
+def _config_key(dotted: str) -> bool:
+    """Whether `dotted` is a key of the config (`request.allow`), by its JSON Schema."""
+    node = json.loads((PACKAGE / "config" / "schema.json").read_text())
+    for part in dotted.split("."):
+        node = node.get("properties", {}).get(part)
+        if node is None:
+            return False
+    return True
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `dotted` (below ocihook) is a module, or a module and names defined in it
+    (read with ast: a function, a class and its attributes, a constant)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = "ocihook." + ".".join(parts[:cut])
+        if module in MODULES:
+            break
+    else:
+        return False
+    rest = parts[cut:]
+    if not rest:
+        return True
+    scope: list[ast.stmt] = ast.parse(MODULES[module].read_text()).body
+    for name in rest:
+        found = None
+        for node in scope:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                found = node
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(getattr(t, "id", None) == name for t in targets):
+                    found = node
+            elif isinstance(node, ast.ImportFrom) and any(
+                (a.asname or a.name) == name for a in node.names
+            ):
+                found = node
+        if found is None:
+            slots = [
+                n
+                for n in scope
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__slots__"
+            ]
+            return any(name in ast.literal_eval(n.value) for n in slots)
+        scope = getattr(found, "body", [])
+    return True
+
+
+def test_every_name_the_architecture_page_gives_exists():
+    """Every `package.module` and `module.name` in a code span of docs/architecture.md is a
+    module of ocihook, or a function, class, field or constant defined in one."""
+    names = _page_names()
+    assert len(names) > 50  # the page names the code; an empty list would prove nothing
+    wrong = {name for name in names if not (_resolves(name) or _config_key(name))}
+    assert sorted(wrong) == []
+
+
+def test_every_path_the_architecture_page_gives_exists():
+    """Every file or directory the page names in a code span (`ocihook/pipeline.py`,
+    `apply/inject.py`, `tests/golden/...`) is in the tree."""
+    missing = []
+    for span in _SPAN.findall(ARCHITECTURE.read_text()):
+        if " " in span or "*" in span or "<" in span or not re.search(r"(\.py|\.json|/)$", span):
+            continue
+        if span.startswith(("/", "-", ".")) or "/" not in span:
+            continue
+        if not any((base / span).exists() for base in (REPO, PACKAGE)):
+            missing.append(span)
+    assert sorted(set(missing)) == []
+
+
+def test_the_tree_names_every_module():
+    """The page's tree has a row per package naming each of its modules (`module`), and a
+    row for each top-level module."""
+    text = ARCHITECTURE.read_text()
+    tree = text[text.index("## The tree") : text.index("\n## ", text.index("## The tree") + 1)]
+    rows = {}
+    for line in tree.splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and cells[1].strip().startswith("`"):
+            for where in _SPAN.findall(cells[1]):
+                rows[where.strip().rstrip("/").removesuffix(".py")] = cells[2]
+    missing = []
+    for name in MODULES:
+        parts = name.split(".")
+        if name in GENERATED or parts[-1] == "__init__" or name == "ocihook":
+            continue
+        if name in PACKAGES:
+            if parts[1] not in rows:
+                missing.append(name)
+            continue
+        package = "/".join(parts[1:-1])
+        if package and package in rows:
+            if f"`{parts[-1]}`" not in rows[package]:
+                missing.append(name)
+        elif not package and parts[-1] not in rows:
+            missing.append(name)
+        elif package and package not in rows:
+            top = parts[1]
+            if top not in rows or f"`{parts[-1]}`" not in rows[top]:
+                missing.append(name)
+    assert sorted(missing) == []
