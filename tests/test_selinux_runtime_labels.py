@@ -150,7 +150,7 @@ def test_unlabelled_source_is_refused_with_the_fix(hook_setup, synth_root, image
 
 
 def test_fix_for_a_host_system_source_root_is_not_a_relabel(tmp_path):
-    from ocihook.apply.inject import relabel_fix
+    from ocihook.selinux.source_policy import relabel_fix
 
     assert relabel_fix(str(tmp_path)) == f"run: ocihook selinux relabel {tmp_path}"
     for root in ("/", "/usr"):
