@@ -78,6 +78,11 @@ t = time.perf_counter()
 import ocihook.apply.inject as inject
 add("imports: the injection path", time.perf_counter() - t)
 from ocihook.apply import execute, ldcache, owned
+try:  # since apply/execute.py was split by concern
+    from ocihook.apply import sources, writer
+    from ocihook.linux import mountns
+except ImportError:  # a baseline tree from before: all in apply/execute.py
+    sources = writer = mountns = execute
 from ocihook.cgroups import grant
 from ocihook import records, pipeline
 
@@ -91,20 +96,21 @@ timed(stage, "load_config", "config load (compiled cache)")
 timed(stage, "load_container", "request: config.json, the request")
 timed(stage, "container_request", "request: config.json, the request")
 timed(inject, "plan_container", "discovery and decision (plan)")
-timed(inject._Injection, "_open_sources", "sources: clones, labels")
+timed(getattr(inject, "_Injection", inject), "_open_sources", "sources: clones, labels")
+timed(inject, "check_source_labels", "sources: clones, labels")
 timed(inject.elf, "open_static_executable", "open roots, ldconfig, state dir, mountinfo")
-timed(inject.record, "open_state_dir", "open roots, ldconfig, state dir, mountinfo")
+timed(records, "open_state_dir", "open roots, ldconfig, state dir, mountinfo")
 timed(inject.mountinfo, "read", "open roots, ldconfig, state dir, mountinfo")
 timed(inject, "open_roots", "open roots, ldconfig, state dir, mountinfo")
 timed(grant, "find_container_cgroup", "device cgroup (find, rules, systemd)")
 timed(grant, "allow_devices", "device cgroup (find, rules, systemd)")
-timed(execute, "enter_container", "enter the container (setns, rootfs)")
+timed(mountns, "enter_container", "enter the container (setns, rootfs)")
 timed(pipeline.Planned, "finalize", "finalize (the image probed)")
 timed(owned, "left_to_do", "what the runtime made (owned)")
-timed(execute.ContainerWriter, "_mountpoint", "mount points")
-timed(execute.ContainerWriter, "_attach", "attaches (move_mount)")
-timed(execute.ContainerWriter, "_link", "soname links")
-timed(execute.ContainerWriter, "device_node", "device nodes")
+timed(writer.ContainerWriter, "_mountpoint", "mount points")
+timed(writer.ContainerWriter, "_attach", "attaches (move_mount)")
+timed(writer.ContainerWriter, "_link", "soname links")
+timed(writer.ContainerWriter, "device_node", "device nodes")
 timed(ldcache, "update", "ld cache")
 timed(inject.privileges, "drop_capabilities", "drop capabilities, record, sweep")
 timed(records, "injection_record", "drop capabilities, record, sweep")
@@ -121,7 +127,7 @@ if sys.argv[2:4] == ["--stage", "precreate"]:
     timed(pre, "read_spec", "precreate: the config on stdin, parsed")
     timed(pre, "spec_container", "request: config.json, the request")
     timed(pipeline, "plan_container", "discovery and decision (plan)")
-    timed(execute, "open_sources", "sources: opened in the source root")
+    timed(sources, "open_sources", "sources: opened in the source root")
     timed(pre, "config_edit", "precreate: the edit (mounts, linux.devices)")
     timed(pre, "apply_edit", "precreate: the edit (mounts, linux.devices)")
     try:  # the renderer, since the stages' package

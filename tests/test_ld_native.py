@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.apply import execute, ldcache
+from ocihook.apply import ldcache
+from ocihook.apply.writer import ContainerWriter
 from ocihook.errors import OcihookError
 from ocihook.ld import cachefile, native
 from ocihook.ld.elf import open_static_executable
@@ -77,7 +78,7 @@ def _update(root: Path, ld_dirs, targets, shared=frozenset(), settings=SETTINGS,
         ld_writer=settings["writer"],
     )
     root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
-    writer = execute.ContainerWriter(root_fd, label, 0, 0, shared)
+    writer = ContainerWriter(root_fd, label, 0, 0, shared)
     ldconfig_fd = open_static_executable("/sbin/ldconfig", "ldconfig")
     try:
         how = ldcache.update(
@@ -440,7 +441,7 @@ def test_label_is_set_on_the_written_cache(tmp_path):
     root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     etc_fd = os.open(root / "etc", os.O_PATH | os.O_DIRECTORY)
     try:
-        writer = execute.ContainerWriter(root_fd, label, os.getuid(), os.getgid())
+        writer = ContainerWriter(root_fd, label, os.getuid(), os.getgid())
         writer.replace_file(etc_fd, "/etc/ld.so.cache", b"data")
     finally:
         os.close(etc_fd)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ocihook.apply import execute
+from ocihook.apply import sources
 from ocihook.linux import mountinfo, securepath, syscalls
 from ocihook.plan.model import FLAGS_LEGEND, Mount
 
@@ -65,5 +65,5 @@ def test_mount_flags_are_what_the_plan_text_says(kind, writable):
     assert {"nosuid", "nodev"} <= set(flags) and "nosuid, nodev" in FLAGS_LEGEND
     assert ("noexec" in flags) == (kind not in ("library", "library32", "binary"))
     assert "noexec except libraries and binaries" in FLAGS_LEGEND
-    assert execute.new_api_attrs(flags) & syscalls.MOUNT_ATTR_NOSUID
-    assert bool(execute.classic_flags(flags) & syscalls.MS_RDONLY) is not writable
+    assert sources.new_api_attrs(flags) & syscalls.MOUNT_ATTR_NOSUID
+    assert bool(sources.classic_flags(flags) & syscalls.MS_RDONLY) is not writable

@@ -7,7 +7,7 @@ import json
 import os
 
 from ocihook import records
-from ocihook.apply.execute import SourceTree
+from ocihook.apply.sources import SourceTree
 from ocihook.audit.records import Injected, container_from_dict
 from ocihook.cgroups.grant import DeviceEdit
 from ocihook.plan.decide import Decision, finalize

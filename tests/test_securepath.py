@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.apply import execute
+from ocihook.apply import sources
+from ocihook.apply.writer import ContainerWriter
 from ocihook.linux import securepath
 from tests.support.sandbox import in_private_mount_ns
 
@@ -200,9 +201,9 @@ def test_attach_verifies_and_rolls_back(tmp_path, mode):
         plan.mounts.append(
             Mount("/libx.so.1", str(source / "libx.so.1"), "/usr/lib64/x", "library")
         )
-        trees = execute.clone_sources(plan, src_fd)
+        trees = sources.clone_sources(plan, src_fd)
         root_fd = securepath.open_dir(str(root))
-        writer = execute.ContainerWriter(root_fd, None)
+        writer = ContainerWriter(root_fd, None)
         writer.attach(trees[0].fd, "/usr/lib64/x", (trees[0].dev, trees[0].ino), "x")
         inside = root / canary.relative_to("/") / "x"
         assert inside.read_text() == "driver", "mounted inside the root"
@@ -244,6 +245,6 @@ def test_a_source_swapped_for_a_link_after_planning_is_refused_not_followed(tmp_
                 Mount("/lib/libx.so.1", str(link), "/usr/lib64/libx.so.1", "library")
             )
             with pytest.raises(OcihookError, match=r"libx\.so\.1"):
-                execute.clone_sources(plan, src_fd)
+                sources.clone_sources(plan, src_fd)
         finally:
             os.close(src_fd)

@@ -16,7 +16,7 @@ import stat
 
 import pytest
 
-from ocihook.apply import execute
+from ocihook.apply.writer import ContainerWriter
 from ocihook.errors import OcihookError
 from ocihook.linux import securepath, syscalls
 from ocihook.plan.model import DeviceNode, Link
@@ -65,7 +65,7 @@ def test_writer_on_a_refusing_file_system_fails_with_one_line_and_rolls_back(tmp
         syscalls.mount("none", str(tmp_path), "ramfs", 0)
         (tmp_path / "usr/lib64").mkdir(parents=True)
         root_fd = securepath.open_dir(str(tmp_path))
-        writer = execute.ContainerWriter(root_fd, LABEL)
+        writer = ContainerWriter(root_fd, LABEL)
         with pytest.raises(OcihookError) as failed:
             writer.link(Link("/usr/lib64/libsynth.so.1", "libsynth.so.1.2.3"))
         message = str(failed.value)
@@ -84,7 +84,7 @@ def test_device_nodes_get_the_host_nodes_mode_whatever_the_umask(tmp_path):
         syscalls.mount("none", str(tmp_path), "tmpfs", 0, "mode=755")
         (tmp_path / "dev").mkdir()
         root_fd = securepath.open_dir(str(tmp_path))
-        writer = execute.ContainerWriter(root_fd, None)
+        writer = ContainerWriter(root_fd, None)
         old = os.umask(0o022)
         try:
             accel = synthetic.suite_devices()["synth0"]

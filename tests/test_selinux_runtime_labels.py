@@ -147,12 +147,3 @@ def test_unlabelled_source_is_refused_with_the_fix(hook_setup, synth_root, image
     assert result.returncode != 0
     assert "ocihook selinux relabel" in result.stderr, result.stderr
     assert str(synth_root) in result.stderr
-
-
-def test_fix_for_a_host_system_source_root_is_not_a_relabel(tmp_path):
-    from ocihook.apply.inject import relabel_fix
-
-    assert relabel_fix(str(tmp_path)) == f"run: ocihook selinux relabel {tmp_path}"
-    for root in ("/", "/usr"):
-        fix = relabel_fix(root)
-        assert "does not relabel" in fix and "source_check: warn" in fix

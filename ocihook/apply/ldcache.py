@@ -26,7 +26,7 @@ TYPE_CHECKING = False  # typing costs imports at container start: annotations on
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ocihook.apply.execute import ContainerWriter
+    from ocihook.apply.writer import ContainerWriter
     from ocihook.plan.model import Plan
 
 TIMEOUT_SECONDS = 10.0

@@ -20,7 +20,7 @@ from ocihook.linux import securepath
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
 if TYPE_CHECKING:
-    from ocihook.apply.execute import SourceTree
+    from ocihook.apply.sources import SourceTree
     from ocihook.plan.devrules import DeviceRule
     from ocihook.plan.model import DeviceNode, Plan
     from ocihook.request.state import RuntimeOwned

@@ -7,7 +7,7 @@ OCI state and the spec's arguments, adapted into a container and a decision.
 The runtime runs createContainer hooks in the container's mount namespace before
 pivot_root, with the OCI state on stdin. The same pieces as the prestart path do the work:
 state.py validates the state and config.json, securepath.py resolves every path in the
-rootfs by fd, execute.ContainerWriter creates the links (never in a host-shared directory,
+rootfs by fd, writer.ContainerWriter creates the links (never in a host-shared directory,
 an image file in the way is an error, labelled as the spec says), and ldcache.py runs the
 host's static ldconfig sandboxed in the rootfs.
 
@@ -25,10 +25,11 @@ from __future__ import annotations
 import os
 import sys
 
-from ocihook.apply import execute, ldcache
+from ocihook.apply import ldcache
+from ocihook.apply.writer import ContainerWriter
 from ocihook.errors import OcihookError
 from ocihook.ld.elf import open_static_executable
-from ocihook.linux import mountinfo, namespaces
+from ocihook.linux import mountinfo, mountns, namespaces
 from ocihook.pipeline import legacy_step_decision
 from ocihook.plan.decide import (
     NO_LABEL,
@@ -88,7 +89,7 @@ class _Rootfs:
         # inside the container already, the CDI mounts); nothing is created there.
         self.shared = mountinfo.superblocks()
         if self.joined:
-            self.fd = execute.enter_container(container.pid, container.rootfs)
+            self.fd = mountns.enter_container(container.pid, container.rootfs)
         else:
             self.fd = self._open_inside(container.rootfs)
 
@@ -96,7 +97,7 @@ class _Rootfs:
     def _open_inside(rootfs: str) -> int:
         if namespaces.init_mount_namespace() == namespaces.mount_namespace():
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
-        return execute.open_rootfs(rootfs, "this mount namespace")
+        return mountns.open_rootfs(rootfs, "this mount namespace")
 
     def ids(self) -> tuple[int, int]:
         """uid/gid to create files as: the container's root, mapped when we came from outside
@@ -149,7 +150,7 @@ def create_symlinks(container: Container, links: list[Link], label: object = LEG
     rootfs = _Rootfs(container)
     try:
         uid, gid = rootfs.ids()
-        writer = execute.ContainerWriter(rootfs.fd, label, uid, gid, rootfs.shared)
+        writer = ContainerWriter(rootfs.fd, label, uid, gid, rootfs.shared)
         try:
             for link in links:
                 writer.link(link)

@@ -88,8 +88,8 @@ def plan_edits(container: Container, config: dict, request) -> dict:
     decided (a precreate target) and finalized for its image as the prestart stage will
     finalize it, with each mount's source resolved by fd in the source root."""
     from ocihook import records
-    from ocihook.apply import execute
-    from ocihook.apply.inject import check_source_labels
+    from ocihook.apply.source_labels import check_source_labels
+    from ocihook.apply.sources import close_trees, open_sources
     from ocihook.discover.roots import in_root
     from ocihook.linux import securepath
     from ocihook.pipeline import open_roots, plan_container
@@ -109,7 +109,7 @@ def plan_edits(container: Container, config: dict, request) -> dict:
             final = planned.finalize(root_fd)
         finally:
             os.close(root_fd)
-        trees = execute.open_sources(final, roots.source_real, roots.source_fd)
+        trees = open_sources(final, roots.source_real, roots.source_fd)
         try:
             if final.file_label:
                 check_source_labels(trees, config, log, roots.source_real, container.process_label)
@@ -119,7 +119,7 @@ def plan_edits(container: Container, config: dict, request) -> dict:
                 in_root(roots.source_real, real)  # raises when it left the root
                 sources.append(real)
         finally:
-            execute.close_trees(trees)
+            close_trees(trees)
     edits = runtime_edits(executor_view(final), sources)
     log.info(
         f"precreate: {len(edits['mounts'])} mounts, {len(edits['deviceNodes'])} device nodes for "
