@@ -67,6 +67,6 @@ def execute(
 
 
 def mount_kinds(mount: Mount) -> tuple[str, ...]:
-    """File types (kinds.FILE_TYPES short names) an existing mountpoint in the image may
+    """File types (linux.filetypes.FILE_TYPES short names) an existing mountpoint in the image may
     have for this mount."""
     return KINDS[mount.kind].mount_points
