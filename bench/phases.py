@@ -80,21 +80,23 @@ add("imports: the injection path", time.perf_counter() - t)
 from ocihook.apply import execute, ldcache, owned
 try:  # since apply/execute.py was split by concern
     from ocihook.apply import sources, writer
-    from ocihook.linux import mountns
 except ImportError:  # a baseline tree from before: all in apply/execute.py
-    sources = writer = mountns = execute
+    sources = writer = execute
+from ocihook.linux import namespaces
+entering = namespaces if hasattr(namespaces, "enter_container") else execute
 from ocihook.cgroups import grant
 from ocihook import records, pipeline
 
 try:
     from ocihook.stages import prestart as stage
+    from ocihook.request import assemble
 except ImportError:  # a baseline tree from before the stages' package: all in hook.py
-    stage = hook
+    stage = assemble = hook
 timed(stage, "read_state", "state: stdin, hook namespace")
 timed(stage, "hook_namespace", "state: stdin, hook namespace")
 timed(stage, "load_config", "config load (compiled cache)")
 timed(stage, "load_container", "request: config.json, the request")
-timed(stage, "container_request", "request: config.json, the request")
+timed(assemble, "container_request", "request: config.json, the request")
 timed(inject, "plan_container", "discovery and decision (plan)")
 timed(getattr(inject, "_Injection", inject), "_open_sources", "sources: clones, labels")
 timed(inject, "check_source_labels", "sources: clones, labels")
@@ -104,7 +106,7 @@ timed(inject.mountinfo, "read", "open roots, ldconfig, state dir, mountinfo")
 timed(inject, "open_roots", "open roots, ldconfig, state dir, mountinfo")
 timed(grant, "find_container_cgroup", "device cgroup (find, rules, systemd)")
 timed(grant, "allow_devices", "device cgroup (find, rules, systemd)")
-timed(mountns, "enter_container", "enter the container (setns, rootfs)")
+timed(entering, "enter_container", "enter the container (setns, rootfs)")
 timed(pipeline.Planned, "finalize", "finalize (the image probed)")
 timed(owned, "left_to_do", "what the runtime made (owned)")
 timed(writer.ContainerWriter, "_mountpoint", "mount points")

@@ -25,7 +25,7 @@ from ocihook.discover.roots import Roots
 from ocihook.errors import OcihookError
 from ocihook.plan.model import DeviceNode
 from ocihook.request import assemble, parse
-from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS
+from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS, may_ask
 from tests.support import devstack, synthetic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,11 +159,9 @@ def test_kubernetes_mode_refuses_a_crio_record_it_cannot_read(text):
 
 def test_the_hook_starts_its_work_only_for_an_allocation():
     settings = config(device_plugin=True)
-    assert not assemble.may_ask({"annotations": {"ocihook.io/devices": "all"}}, settings)
-    assert not assemble.may_ask(
-        {"annotations": crio({"io.kubernetes.container.hash": "1"})}, settings
-    )
-    assert assemble.may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
+    assert not may_ask({"annotations": {"ocihook.io/devices": "all"}}, settings)
+    assert not may_ask({"annotations": crio({"io.kubernetes.container.hash": "1"})}, settings)
+    assert may_ask({"annotations": crio({"ocihook.io/devices": "0"})}, settings)
 
 
 def test_kubernetes_mode_takes_capabilities_and_imex_channels_only_from_the_allocation(

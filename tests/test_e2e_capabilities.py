@@ -132,8 +132,7 @@ def test_writable_directory_needs_a_label_containers_can_write(tmp_path):
     """Real security.selinux xattrs (no SELinux LSM here: the labels are set and read back),
     read from the fd that is mounted: the host path is swapped for a differently labelled
     directory after the source was opened, and the check still sees the opened one."""
-    from ocihook.apply.source_labels import check_source_labels
-    from ocihook.apply.sources import SourceTree
+    from ocihook.apply.sources import SourceTree, check_source_labels
     from ocihook.plan.model import Mount
     from ocihook.records import Log
 

@@ -1,7 +1,7 @@
 """Execute a finalized Plan in a container: bind mounts, links, device nodes.
 
 The plan decides everything (targets, mount flags, node strategy, label); this module only
-carries it out, in the container's mount namespace (linux/mountns.py entered it), with the
+carries it out, in the container's mount namespace (linux/namespaces.py entered it), with the
 sources opened for it (apply/sources.py) and a ContainerWriter (apply/writer.py) that makes
 each change and keeps how to undo it.
 """

@@ -16,13 +16,13 @@ import time
 
 from ocihook import records
 from ocihook.apply import execute, ldcache, owned, sources
-from ocihook.apply.source_labels import check_source_labels
+from ocihook.apply.sources import check_source_labels
 from ocihook.apply.writer import ContainerWriter
 from ocihook.cgroups import grant
 from ocihook.errors import OcihookError, describe
 from ocihook.ld import elf
 from ocihook.ld import known as ld_known
-from ocihook.linux import mountinfo, mountns, privileges
+from ocihook.linux import mountinfo, namespaces, privileges
 from ocihook.linux.userns import hook_namespace
 from ocihook.pipeline import open_roots, plan_container
 from ocihook.plan.decide import Target
@@ -182,8 +182,8 @@ def _inject(
             host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
             edits = _allow_devices(undo, plan, decision, container, log, progress)
             progress.step = "container"
-            shared = mountns.host_superblocks(host_mounts)
-            root_fd = mountns.enter_container(container.pid, container.rootfs)
+            shared = namespaces.host_superblocks(host_mounts)
+            root_fd = namespaces.enter_container(container.pid, container.rootfs)
             undo.close(lambda: os.close(root_fd))
             final = planned.finalize(root_fd)  # the decision completed from the image
             if opened is None:

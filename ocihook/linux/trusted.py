@@ -14,7 +14,6 @@ import os
 import stat
 
 from ocihook.errors import OcihookError, describe
-from ocihook.linux import atomic
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # File times move by the kernel's clock tick: a cache keyed by a file's stat (the config
@@ -109,7 +108,10 @@ def read_file(dir_fd: int, name: str, limit: int) -> bytes | None:
 
 def write_file(dir_fd: int, dir_path: str, name: str, data: bytes, what: str) -> None:
     """Atomically replace `name` in the directory with `data` (mode 0600); the temporary file
-    never survives a failure. OcihookError names the file and the cause."""
+    never survives a failure. OcihookError names the file and the cause. (atomic.py is
+    imported here: a start that only reads the config cache never needs it.)"""
+    from ocihook.linux import atomic
+
     try:
         atomic.replace_at(
             dir_fd, name, data, lambda temp: os.open(temp, atomic.TEMP_FLAGS, 0o600, dir_fd=dir_fd)

@@ -18,7 +18,7 @@ from ocihook.linux.filetypes import SHORT_BY_IFMT, TEST_BY_SHORT
 from ocihook.structs import Struct
 
 # Rules a bind-mount source's SELinux label is checked against (selinux.source_policy; the
-# labels are read from the mounted fds by apply.source_labels).
+# labels are read from the mounted fds by apply.sources).
 LABEL_SHARED = "shared"  # readable by every container: container_ro_file_t or a host lib type
 LABEL_WRITABLE = "writable"  # writable by every container: container_file_t at s0 (rw mounts)
 

@@ -1,34 +1,17 @@
 """The request of a container, assembled once for every stage: the prestart stage adapts
 the OCI state and config.json, the precreate stage the proposed OCI config, into a
-`request.state.Container`; `may_ask` and `container_request` read it the same way for both.
+`request.state.Container`; `container_request` reads it the same way for both.
 
-Kept lean: `may_ask` runs at every container start, and request/parse.py is imported only
-once a container really asks.
+Imported only once `request.state.may_ask` says a container may ask (the stages import it
+then), and request/parse.py only once a container really asks.
 """
 
 from __future__ import annotations
-
-from ocihook.request.state import CRIO_CONTAINER_ANNOTATIONS
 
 TYPE_CHECKING = False  # typing costs milliseconds of imports at container start
 if TYPE_CHECKING:
     from ocihook.request.parse import DeviceRequest
     from ocihook.request.state import Container
-
-
-def may_ask(state: dict, config: dict) -> bool:
-    """False when the state alone shows the container asks for nothing: the runtime copies
-    config.json's annotations into the state, so without the env channel there is no
-    need to read config.json at all (the common case, kept cheapest)."""
-    annotations = state.get("annotations")
-    if config["kubernetes"]["device_plugin"]:  # Kubernetes mode: the allocation, CRI-O's key
-        text = None if annotations is None else annotations.get(CRIO_CONTAINER_ANNOTATIONS)
-        return annotations is None or (
-            text is not None and f'"{config["request"]["annotation"]}":' in text
-        )
-    if config["request"]["env"]:
-        return True
-    return annotations is None or config["request"]["annotation"] in annotations
 
 
 def container_request(container: Container, config: dict) -> DeviceRequest:

@@ -357,3 +357,19 @@ def _strs(obj: dict, *keys: str) -> bool:
 
 def _all_str(*values: object) -> bool:
     return all(isinstance(v, str) for v in values)
+
+
+def may_ask(state: dict, config: dict) -> bool:
+    """False when the state alone shows the container asks for nothing: the runtime copies
+    config.json's annotations into the state, so without the env channel there is no
+    need to read config.json at all (the common case, kept cheapest: the stages ask this
+    before they import the request's assembly, request/assemble.py)."""
+    annotations = state.get("annotations")
+    if config["kubernetes"]["device_plugin"]:  # Kubernetes mode: the allocation, CRI-O's key
+        text = None if annotations is None else annotations.get(CRIO_CONTAINER_ANNOTATIONS)
+        return annotations is None or (
+            text is not None and f'"{config["request"]["annotation"]}":' in text
+        )
+    if config["request"]["env"]:
+        return True
+    return annotations is None or config["request"]["annotation"] in annotations

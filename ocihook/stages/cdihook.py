@@ -29,7 +29,7 @@ from ocihook.apply import ldcache
 from ocihook.apply.writer import ContainerWriter
 from ocihook.errors import OcihookError
 from ocihook.ld.elf import open_static_executable
-from ocihook.linux import mountinfo, mountns, namespaces
+from ocihook.linux import mountinfo, namespaces
 from ocihook.pipeline import legacy_step_decision
 from ocihook.plan.decide import (
     NO_LABEL,
@@ -89,7 +89,7 @@ class _Rootfs:
         # inside the container already, the CDI mounts); nothing is created there.
         self.shared = mountinfo.superblocks()
         if self.joined:
-            self.fd = mountns.enter_container(container.pid, container.rootfs)
+            self.fd = namespaces.enter_container(container.pid, container.rootfs)
         else:
             self.fd = self._open_inside(container.rootfs)
 
@@ -97,7 +97,7 @@ class _Rootfs:
     def _open_inside(rootfs: str) -> int:
         if namespaces.init_mount_namespace() == namespaces.mount_namespace():
             raise OcihookError("cdi-hook: runs in the host's mount namespace, not a container's")
-        return mountns.open_rootfs(rootfs, "this mount namespace")
+        return namespaces.open_rootfs(rootfs, "this mount namespace")
 
     def ids(self) -> tuple[int, int]:
         """uid/gid to create files as: the container's root, mapped when we came from outside

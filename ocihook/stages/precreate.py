@@ -31,8 +31,13 @@ from ocihook import fastjson
 from ocihook.config.compiled import load_config
 from ocihook.errors import OcihookError
 from ocihook.linux.userns import hook_namespace
-from ocihook.request.assemble import container_request, may_ask
-from ocihook.request.state import MAX_CONFIG_BYTES, Container, parse_json, spec_container
+from ocihook.request.state import (
+    MAX_CONFIG_BYTES,
+    Container,
+    may_ask,
+    parse_json,
+    spec_container,
+)
 
 WHERE = "config on stdin (precreate)"
 
@@ -48,9 +53,11 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> bytes:
     config = load_config(config_path, cache_dir)
     if not may_ask({"annotations": spec.get("annotations")}, config):
         return data
+    from ocihook.request import assemble  # a container that may ask: its request
+
     container = spec_container(spec)
     try:
-        request = container_request(container, config)
+        request = assemble.container_request(container, config)
         if request.empty:
             return data
         return render(apply_edits(spec, plan_edits(container, config, request)))
@@ -88,8 +95,7 @@ def plan_edits(container: Container, config: dict, request) -> dict:
     decided (a precreate target) and finalized for its image as the prestart stage will
     finalize it, with each mount's source resolved by fd in the source root."""
     from ocihook import records
-    from ocihook.apply.source_labels import check_source_labels
-    from ocihook.apply.sources import close_trees, open_sources
+    from ocihook.apply.sources import check_source_labels, close_trees, open_sources
     from ocihook.discover.roots import in_root
     from ocihook.linux import securepath
     from ocihook.pipeline import open_roots, plan_container

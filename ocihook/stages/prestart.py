@@ -1,8 +1,8 @@
 """The prestart stage (createRuntime; prestart for older runtimes): the OCI state on stdin,
-config.json in its bundle. Adapts them into a container and its request
-(request/assemble.py), then the injection runs the pipeline and the executor
-(apply/inject.py). With a `stopped` state (a registration that adds poststop) it ends the
-container's record instead.
+config.json in its bundle. Adapts them into a container and its request (request/assemble.py,
+once `request.state.may_ask` says the container may ask), then the injection runs the
+pipeline and the executor (apply/inject.py). With a `stopped` state (a registration that
+adds poststop) it ends the container's record instead.
 
 Kept lean: stdlib only until a container really asks for devices; the no-request path
 reads the state's annotations and nothing else.
@@ -13,8 +13,7 @@ from __future__ import annotations
 from ocihook.config.compiled import load_config
 from ocihook.errors import OcihookError
 from ocihook.linux.userns import hook_namespace
-from ocihook.request.assemble import container_request, may_ask
-from ocihook.request.state import PRESTART_STATUSES, load_container, read_state
+from ocihook.request.state import PRESTART_STATUSES, load_container, may_ask, read_state
 
 
 def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
@@ -40,12 +39,14 @@ def run(data: bytes, config_path: str, cache_dir: str | None) -> int:
         return 0
     import time  # built in: what a failed or injected start took goes into its record
 
+    from ocihook.request import assemble  # a container that may ask: its request
+
     started = time.monotonic()
     step = "bundle"
     try:
         container = load_container(state)
         step = "request"
-        request = container_request(container, config)
+        request = assemble.container_request(container, config)
     except Exception as error:  # the start fails: say so in <state_dir>/failed (records.py)
         from ocihook.records import PRESTART, write_failure
 
