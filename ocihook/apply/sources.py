@@ -23,7 +23,6 @@ from ocihook.linux import securepath, syscalls
 from ocihook.plan.kinds import KINDS, LABEL_WRITABLE, is_source
 from ocihook.plan.model import NODE_BIND_FLAGS, DeviceNode, Mount, Plan
 from ocihook.selinux import label as selinux_label
-from ocihook.selinux.source_policy import SourceLabelPolicy
 from ocihook.structs import Struct
 
 TYPE_CHECKING = False  # typing costs imports at container start: annotations only
@@ -314,6 +313,8 @@ def check_source_labels(
     mode = config["selinux"]["source_check"]
     if mode == "off":
         return labels
+    from ocihook.selinux.source_policy import SourceLabelPolicy  # labels to check: SELinux on
+
     policy = SourceLabelPolicy(process_label, config["source_root"], source_real)
     seen = set()
     for source, context in zip(sources, labels):
