@@ -18,6 +18,14 @@ from tests.support import cluster as cluster_support
 from tests.support import crio as crio_support
 from tests.support import devstack, fake_hosts, images, podman, py39, rootless, synthetic
 
+# The host's ldconfig, mknod's helpers and the like live in /sbin and /usr/sbin, which an
+# ordinary user's PATH often lacks (Debian): the tests that run glibc's ldconfig as a
+# reference run for any user.
+_PATH = os.environ.get("PATH", "").split(os.pathsep)
+os.environ["PATH"] = os.pathsep.join(
+    _PATH + [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in _PATH]
+)
+
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "packaging" / "profiles"
 

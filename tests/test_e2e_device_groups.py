@@ -63,6 +63,7 @@ def _spec(config: Path, path: Path, kind: str, *extra: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+@pytest.mark.root  # the driver's node is made and given its group (mknod, chown)
 def test_the_cdi_spec_carries_the_nodes_group(group_driver, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(base_config(tmp_path, group_driver)))
