@@ -50,6 +50,8 @@ ROWS = {
     "start_cdi": ("start", "podman run --rm, CDI stand-in (extra)"),
     "start_hook": ("start", "podman run --rm, prestart route"),
     "start_precreate": ("start", "podman run --rm, precreate route"),
+    "mounts_0": ("mounts", "hook, full driver, the host's mount table as it is"),
+    "mounts_3000": ("mounts", "hook, full driver, 3000 more mounts on the host"),
 }
 # Ratios of medians from the same interleaved group, and their targets (issue 40, after
 # issue 15). The start targets are checked twice: up to the container's first output
@@ -78,6 +80,7 @@ INFO_RATIOS = (
     "ready_hook/ready_cdi",
     "start_hook/start_cdi",
     "ready_nvidia/ready_cdi",
+    "mounts_3000/mounts_0",
 )
 # With --baseline (another checkout installed alike, its rows interleaved with these): this
 # code over that one. No target: the figure says whether a change made the hook slower.
@@ -95,8 +98,15 @@ MODES = {
         "start_rounds": 20,
         "scale_rounds": 5,
         "sizes": (10, 100, 400, 1000),
+        "mounts_rounds": 6,
     },
-    "quick": {"hook_rounds": 4, "start_rounds": 2, "scale_rounds": 2, "sizes": (10, 30, 100)},
+    "quick": {
+        "hook_rounds": 4,
+        "start_rounds": 2,
+        "scale_rounds": 2,
+        "sizes": (10, 30, 100),
+        "mounts_rounds": 1,
+    },
 }
 
 
@@ -416,6 +426,42 @@ def scale_group(install, image, sizes, rounds: int, scratch: Path) -> tuple[dict
     return interleaved(runners, rounds), info
 
 
+HOST_MOUNTS = 3000  # a busy Kubernetes node: a pod's secrets, shm, rootfs and volumes each
+
+
+def mounts_group(install, driver, image, rounds: int, scratch: Path) -> dict[str, list]:
+    """The full driver with the host's mount table as it is and with HOST_MOUNTS more: each
+    round one child per table (bench/hostmounts.py in a mount namespace of its own, which it
+    fills), three timed runs each, the two alternating."""
+    args = driver.hook_args()
+
+    def child(mounts: int) -> list[float]:
+        job = {
+            "mounts": mounts,
+            "runs": 3,
+            "hook": str(install.hook),
+            "args": args,
+            "image": str(image),
+            "work": str(scratch),
+        }
+        result = subprocess.run(
+            ["unshare", "-m", sys.executable, str(HERE / "hostmounts.py"), json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"bench/hostmounts.py: {result.stderr.strip()[-400:]}")
+        return json.loads(result.stdout)
+
+    child(0)  # warm-up: the compiled config, the page cache
+    samples: dict[str, list] = {"mounts_0": [], "mounts_3000": []}
+    for _ in range(rounds):
+        samples["mounts_0"] += child(0)
+        samples["mounts_3000"] += child(HOST_MOUNTS)
+    return samples
+
+
 def machine() -> dict:
     def out(cmd):
         try:
@@ -444,7 +490,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few runs, small sizes (tests)")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
-    parser.add_argument("--only", choices=("hook", "start", "scale"), action="append")
+    parser.add_argument("--only", choices=("hook", "start", "scale", "mounts"), action="append")
     parser.add_argument(
         "--storage",
         choices=("scratch", "root"),
@@ -468,7 +514,7 @@ def main(argv=None) -> int:
     params = dict(MODES[mode])
     if args.rounds:
         params["hook_rounds"] = params["start_rounds"] = args.rounds
-    groups = args.only or ["hook", "start", "scale"]
+    groups = args.only or ["hook", "start", "scale", "mounts"]
     started = time.time()
 
     install = h.Install()  # venv + .pth, compileall of ocihook, hook executable
@@ -493,6 +539,8 @@ def main(argv=None) -> int:
         if "scale" in groups:
             s, d = scale_group(install, image, params["sizes"], params["scale_rounds"], scratch)
             samples.update(s), details.update(d)
+        if "mounts" in groups:
+            samples.update(mounts_group(install, driver, image, params["mounts_rounds"], scratch))
     info["storage"] = args.storage
     info["load_after"] = os.getloadavg()
     info["baseline"] = str(args.baseline) if args.baseline else None

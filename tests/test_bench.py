@@ -35,6 +35,8 @@ ROWS = (
     "start_precreate",
     "ready_nvidia",
     "start_nvidia",
+    "mounts_0",
+    "mounts_3000",
 )
 TARGETS = {
     "hook_none/floor": 1.1,
@@ -51,6 +53,7 @@ TARGETS = {
 }
 INFO = ("ready_precreate/ready_hook", "start_precreate/start_hook")
 INFO += ("ready_hook/ready_cdi", "start_hook/start_cdi", "ready_nvidia/ready_cdi")
+INFO += ("mounts_3000/mounts_0",)
 ADDED = "(start_hook-start_plain)/(start_nvidia-start_plain)"
 READY_ADDED = "(ready_hook-ready_plain)/(ready_nvidia-ready_plain)"
 
@@ -84,6 +87,8 @@ def test_quick_bench_writes_every_row(tmp_path):
     for key in ("mounts", "links", "devices", "ld_dirs"):  # the same injection, on the disk
         assert rows["hook_full_rootfs"][key] == rows["hook_full"][key], key
     assert rows["hook_poststop"]["status"] == "exited"
+    # the host-table rows: three runs per child, one child per table and round
+    assert rows["mounts_0"]["n"] == rows["mounts_3000"]["n"] == 3 * data["params"]["mounts_rounds"]
     # the CDI specs carry the same files (as mounts) and the links/ld cache hooks
     assert rows["start_cdi"]["mounts"] == rows["hook_full"]["mounts"]
     assert rows["start_cdi"]["hooks"] == 2

@@ -41,8 +41,53 @@ def test_mountinfo_unescape_and_fields():
 
 
 def test_mountinfo_of_this_process():
-    assert mountinfo.is_mount_point("/")
+    text = mountinfo.read_text()
+    entries = mountinfo.parse(text)
+    assert "/" in {e.point for e in entries}
     assert os.stat("/").st_dev in mountinfo.superblocks()
+    # the dev-only reading agrees with the whole parse, line for line
+    assert mountinfo.superblocks(text) == frozenset(e.dev for e in entries)
+
+
+SAMPLE = (
+    "36 35 98:0 /mnt\\0401 /a\\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+    "garbage line\n"
+    "38 35 0:31 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+    "37 35 0:30 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+    "39 35 0:32 / /empty\\040source rw - tmpfs  rw,size=4k\n"
+    "no separator 1:2 here\n"
+)
+
+
+def test_mountinfo_filtered_by_type_builds_only_those_lines():
+    every = mountinfo.parse(SAMPLE)
+    assert [e.fstype for e in every] == ["ext3", "cgroup2", "cgroup", "tmpfs"]
+    cgroups = mountinfo.parse(SAMPLE, ("cgroup", "cgroup2"))
+    assert cgroups == [e for e in every if e.fstype in ("cgroup", "cgroup2")]
+    assert cgroups[1].options == ("rw", "devices") and cgroups[0].point == "/sys/fs/cgroup"
+    assert mountinfo.parse(SAMPLE, ()) == []
+    # an empty source (two spaces) still leaves the super options in their place
+    assert every[3].point == "/empty source" and every[3].options == ("rw", "size=4k")
+    assert mountinfo.superblocks(SAMPLE) == frozenset(
+        os.makedev(*pair) for pair in ((98, 0), (0, 31), (0, 30), (0, 32))
+    )
+
+
+def test_mount_root_is_told_by_mount_id(tmp_path):
+    """/proc is the root of its own mount; a directory in a mount is not, nor is the root of
+    the mount namespace (its ".." is itself)."""
+    cases = {"/proc": True, str(tmp_path): None, "/": False}
+    (tmp_path / "sub").mkdir()
+    cases[str(tmp_path / "sub")] = False
+    for path, expected in cases.items():
+        fd = securepath.open_dir(path)
+        try:
+            got = securepath.is_mount_root(fd)
+        finally:
+            os.close(fd)
+        if expected is None:  # tmp_path may or may not be a mount point here: the table says
+            expected = path in {e.point for e in mountinfo.read()}
+        assert got is expected, path
 
 
 def test_unescape_leaves_other_backslashes():

@@ -179,8 +179,8 @@ def _inject(
             state_fd = records.open_state_dir(config["state_dir"])
             kept.close(lambda: os.close(state_fd))
             progress.step = "cgroup"
-            host_mounts = mountinfo.read()  # our mount table: the cgroups, the shared fs
-            edits = _allow_devices(undo, plan, decision, container, log, progress)
+            host_mounts = mountinfo.read_text()  # our mount table: the cgroups, the shared fs
+            edits = _allow_devices(undo, plan, decision, container, log, progress, host_mounts)
             progress.step = "container"
             shared = namespaces.host_superblocks(host_mounts)
             root_fd = namespaces.enter_container(container.pid, container.rootfs)
@@ -350,14 +350,19 @@ def _allow_devices(
     container: Container,
     log: records.Log,
     progress: Progress,
+    host_mounts: str,
 ) -> list[grant.DeviceEdit]:
     """The device cgroup edits (when the decision makes them), reverted when a later step
-    fails; the rules config.json has the runtime apply (the precreate stage's) are its own."""
+    fails; the rules config.json has the runtime apply (the precreate stage's) are its own.
+    `host_mounts`: our mountinfo text (its cgroup mounts locate the container's cgroup)."""
     rules = owned.cgroup_rules(plan, container.runtime) if decision.device_cgroup else []
     if not rules:
         return []
     cgroup = grant.find_container_cgroup(
-        container.pid, container.cgroups_path, annotations=container.annotations
+        container.pid,
+        container.cgroups_path,
+        mounts=mountinfo.parse(host_mounts, grant.CGROUP_FSTYPES),
+        annotations=container.annotations,
     )
     info = lambda line: log.info(f"{container.id}: {line}")  # noqa: E731
     edits = grant.allow_devices(cgroup, rules, info)

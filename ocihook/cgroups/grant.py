@@ -170,6 +170,9 @@ def _same_cgroup(actual: str, expected: str) -> bool:
     return actual == expected or (expected != "/" and actual.endswith(expected))
 
 
+CGROUP_FSTYPES = ("cgroup", "cgroup2")  # the mount table lines find_container_cgroup reads
+
+
 def _pick_mount(mounts: list[mountinfo.Entry]) -> tuple[str, mountinfo.Entry | None]:
     """("v1", devices mount) when the devices controller is on v1, else ("v2", cgroup2 mount)."""
     for m in mounts:
@@ -200,14 +203,15 @@ def find_container_cgroup(
     annotations: dict[str, str] | None = None,
 ) -> CgroupTarget:
     """The device cgroup of process `pid`, cross-checked with config.json's cgroupsPath.
-    `mounts`: our mount table, when the caller has read it already (mountinfo.read).
+    `mounts`: our mount table's cgroup mounts, when the caller has read it already
+    (`mountinfo.parse(text, CGROUP_FSTYPES)`; other entries are ignored).
     `annotations`: the container's (config.json and state), for crun's subgroup."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         raise OcihookError(f"container pid {pid!r} is not a positive integer")
     text = _read(f"{proc}/{pid}/cgroup", f"container process {pid} not found")
     if mounts is None:
-        mounts = mountinfo.parse(_read(f"{proc}/self/mountinfo", "mounts"))
-    version, mount = _pick_mount([e for e in mounts if e.fstype in ("cgroup", "cgroup2")])
+        mounts = mountinfo.parse(_read(f"{proc}/self/mountinfo", "mounts"), CGROUP_FSTYPES)
+    version, mount = _pick_mount([e for e in mounts if e.fstype in CGROUP_FSTYPES])
     if mount is None:
         raise OcihookError("no cgroup2 mount and no cgroup v1 devices controller mount found")
     cg = _clean_cgroup_path(_proc_cgroup_path(text, version, pid), f"cgroup of process {pid}")

@@ -34,38 +34,56 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def parse(text: str) -> list[Entry]:
-    """Every well-formed line of a mountinfo text, in order."""
+def parse(text: str, fstypes: tuple[str, ...] | None = None) -> list[Entry]:
+    """Every well-formed line of a mountinfo text, in order; only the lines of a file system
+    type in `fstypes` when given (the others are not taken apart: a Kubernetes node's table
+    has thousands of lines, and the hook reads it at every start)."""
     entries = []
+    append = entries.append
+    makedev = os.makedev
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 5 or len(tail) < 3:
+        tail = right.split(" ", 3)
+        if not sep or len(tail) < 3 or (fstypes is not None and tail[0] not in fstypes):
+            continue
+        fields = left.split(" ", 5)
+        if len(fields) < 5:
             continue
         major, _, minor = fields[2].partition(":")
-        entries.append(
-            Entry(
-                dev=os.makedev(int(major), int(minor)),
-                root=unescape(fields[3]),
-                point=unescape(fields[4]),
-                fstype=tail[0],
-                options=tuple(tail[2].split(",")),
+        append(
+            Entry(  # positional: Struct's fast path (`__slots__`' order)
+                makedev(int(major), int(minor)),
+                unescape(fields[3]),
+                unescape(fields[4]),
+                tail[0],
+                tuple(tail[2].split(",")),
             )
         )
     return entries
 
 
-def read(path: str = "/proc/self/mountinfo") -> list[Entry]:
+def read_text(path: str = "/proc/self/mountinfo") -> str:
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        return parse(f.read())
+        return f.read()
 
 
-def is_mount_point(path: str) -> bool:
-    """Whether `path` is a mount point in our mount namespace."""
-    wanted = path.rstrip("/") or "/"
-    return any(entry.point == wanted for entry in read())
+def read(path: str = "/proc/self/mountinfo") -> list[Entry]:
+    return parse(read_text(path))
 
 
-def superblocks() -> frozenset[int]:
-    """st_dev of every file system mounted in our mount namespace."""
-    return frozenset(entry.dev for entry in read())
+def superblocks(text: str | None = None) -> frozenset[int]:
+    """st_dev of every file system mounted in our mount namespace (in `text`, a mountinfo
+    text, when the caller has read it), from each line's third field alone."""
+    if text is None:
+        text = read_text()
+    numbers = set()
+    for line in text.splitlines():
+        fields = line.split(" ", 3)
+        if len(fields) == 4 and " - " in fields[3]:
+            numbers.add(fields[2])
+    devices = set()
+    for number in numbers:
+        major, sep, minor = number.partition(":")
+        if sep and major.isdigit() and minor.isdigit():
+            devices.add(os.makedev(int(major), int(minor)))
+    return frozenset(devices)

@@ -163,6 +163,17 @@ def mount_id(fd: int) -> int:
     raise OSError(errno.ENOTSUP, "no mnt_id in fdinfo")
 
 
+def is_mount_root(dir_fd: int) -> bool:
+    """Whether the directory `dir_fd` is the root of a mount: its ".." (which leaves a mount's
+    root for the directory its mount point is in) is on another mount. False for the root of
+    the mount namespace, whose ".." is itself."""
+    parent = os.open("..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return mount_id(parent) != mount_id(dir_fd)
+    finally:
+        os.close(parent)
+
+
 def fd_path(fd: int, name: str = "") -> str:
     """A path that refers to `fd` (and `name` inside it) without a lookup from "/"."""
     return f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
