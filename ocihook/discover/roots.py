@@ -101,6 +101,7 @@ class Listing:
         self.entries: dict[str, EntryType] = {}
         self.fd = -1
         self.real = ""  # the directory's canonical host path
+        self._by_prefix: dict[str, list[str]] | None = None
         try:
             fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
@@ -134,17 +135,49 @@ class Listing:
             self.fd = -1
 
     def match(self, pattern: str) -> list[str]:
+        """The names matching `pattern` (glob_match), sorted."""
         if not is_glob(pattern):
             return [pattern] if pattern in self.entries else []
+        head = pattern[: _literal_head(pattern)]
+        names = self._named_from(head)
         if "[" in pattern or "?" in pattern:
-            return sorted(name for name in self.entries if glob_match(name, pattern))
+            return sorted(name for name in names if glob_match(name, pattern))
         # Stars only (the profiles' kind): the pattern's literal head and tail filter first.
-        head, tail = pattern.split("*", 1)[0], pattern.rsplit("*", 1)[1]
+        tail = pattern.rsplit("*", 1)[1]
         return sorted(
             name
-            for name in self.entries
+            for name in names
             if name.startswith(head) and name.endswith(tail) and glob_match(name, pattern)
         )
+
+    def _named_from(self, head: str):
+        """The names that may start with `head`: those of its PREFIX-character bucket (a
+        host's lib dir holds thousands of files and a profile has dozens of patterns: each
+        pattern scanning every name cost milliseconds per start), every name for a shorter
+        head. The buckets are made at the first lookup that can use them."""
+        if len(head) < PREFIX:
+            return self.entries
+        if self._by_prefix is None:
+            self._by_prefix = {}
+            for name in self.entries:
+                bucket = self._by_prefix.get(name[:PREFIX])
+                if bucket is None:
+                    self._by_prefix[name[:PREFIX]] = [name]
+                else:
+                    bucket.append(name)
+        return self._by_prefix.get(head[:PREFIX], ())
+
+
+PREFIX = 8  # the bucket key of Listing._named_from: "libcuda.", "libnvidi"
+
+
+def _literal_head(pattern: str) -> int:
+    """Where the first wildcard of a glob pattern is (its literal head ends there)."""
+    return min(
+        at
+        for at in (pattern.find("*"), pattern.find("?"), pattern.find("["), len(pattern))
+        if at >= 0
+    )
 
 
 def resolve_final(root_fd: int, path: str) -> tuple[str, os.stat_result] | None:
