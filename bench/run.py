@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench import harness as h  # noqa: E402
-from tests.support import nvidia_toolkit, podman, synthetic  # noqa: E402
+from tests.support import hosts, nvidia_toolkit, podman, synthetic  # noqa: E402
 
 RESULTS = HERE / "results"
 IMAGE_NAME = "ocihook-bench"
@@ -52,6 +52,8 @@ ROWS = {
     "start_precreate": ("start", "podman run --rm, precreate route"),
     "mounts_0": ("mounts", "hook, full driver, the host's mount table as it is"),
     "mounts_3000": ("mounts", "hook, full driver, 3000 more mounts on the host"),
+    "host_rhel": ("hosts", "hook, NVIDIA profile, RHEL-like host root"),
+    "host_rhel_libs": ("hosts", "hook, NVIDIA profile, the same with 2500 more libs"),
 }
 # Ratios of medians from the same interleaved group, and their targets (issue 40, after
 # issue 15). The start targets are checked twice: up to the container's first output
@@ -81,6 +83,7 @@ INFO_RATIOS = (
     "start_hook/start_cdi",
     "ready_nvidia/ready_cdi",
     "mounts_3000/mounts_0",
+    "host_rhel_libs/host_rhel",
 )
 # With --baseline (another checkout installed alike, its rows interleaved with these): this
 # code over that one. No target: the figure says whether a change made the hook slower.
@@ -99,6 +102,7 @@ MODES = {
         "scale_rounds": 5,
         "sizes": (10, 100, 400, 1000),
         "mounts_rounds": 6,
+        "hosts_rounds": 20,
     },
     "quick": {
         "hook_rounds": 4,
@@ -106,6 +110,7 @@ MODES = {
         "scale_rounds": 2,
         "sizes": (10, 30, 100),
         "mounts_rounds": 1,
+        "hosts_rounds": 2,
     },
 }
 
@@ -462,6 +467,51 @@ def mounts_group(install, driver, image, rounds: int, scratch: Path) -> dict[str
     return samples
 
 
+OTHER_LIBRARIES = 2500  # a RHEL host's /usr/lib64 holds 2000-4000 files besides the driver's
+
+
+def host_driver(name: str, other_libraries: int) -> Path:
+    """A config for the NVIDIA profile on a tree laid out like a RHEL host with NVIDIA's
+    driver (tests/support/hosts.py: stand-in ELF files with the real sonames, its own
+    ld.so.cache, device nodes with NVIDIA's numbers) and `other_libraries` more libraries
+    (with their .so links) in its /usr/lib64, as a real host has."""
+    root = h.WORK / "hosts" / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    hosts.rhel(root)
+    lib = root / "usr" / "lib64"
+    for i in range(other_libraries):
+        real = f"libother{i:05d}.so.{i % 9}"
+        (lib / real).write_bytes(hosts.library(real))
+        if i % 2 == 0:
+            os.symlink(real, lib / f"libother{i:05d}.so")
+    setup = h.WORK / "config" / f"host-{name}"
+    shutil.rmtree(setup, ignore_errors=True)
+    setup.mkdir(parents=True)
+    config = setup / "config.yaml"
+    settings = synthetic.config(root, setup, profile="nvidia", debug=False)
+    config.write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
+    return config
+
+
+def hosts_group(install, image, rounds: int, scratch: Path) -> dict[str, list]:
+    """The NVIDIA profile's injection (its default capabilities, every device) on a
+    RHEL-like host root as it is and with OTHER_LIBRARIES more in its lib dir, interleaved:
+    what a host's own files cost discovery."""
+    runners = {}
+    for name, others in (("host_rhel", 0), ("host_rhel_libs", OTHER_LIBRARIES)):
+        config = host_driver(name, others)
+        args = ["--config", str(config), "--cache-dir", str(config.parent / "cache")]
+
+        def run(args=args) -> float:
+            with h.Sandbox(image, {h.ANNOTATION: "all"}, work=scratch) as sandbox:
+                return h.timed([str(install.hook), *args], sandbox.state())
+
+        runners[name] = run
+    time.sleep(1.5)  # the configs just written: their compile is cached once not racy
+    return interleaved(runners, rounds)
+
+
 def machine() -> dict:
     def out(cmd):
         try:
@@ -490,7 +540,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few runs, small sizes (tests)")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
-    parser.add_argument("--only", choices=("hook", "start", "scale", "mounts"), action="append")
+    parser.add_argument(
+        "--only", choices=("hook", "start", "scale", "mounts", "hosts"), action="append"
+    )
     parser.add_argument(
         "--storage",
         choices=("scratch", "root"),
@@ -514,7 +566,7 @@ def main(argv=None) -> int:
     params = dict(MODES[mode])
     if args.rounds:
         params["hook_rounds"] = params["start_rounds"] = args.rounds
-    groups = args.only or ["hook", "start", "scale", "mounts"]
+    groups = args.only or ["hook", "start", "scale", "mounts", "hosts"]
     started = time.time()
 
     install = h.Install()  # venv + .pth, compileall of ocihook, hook executable
@@ -541,6 +593,8 @@ def main(argv=None) -> int:
             samples.update(s), details.update(d)
         if "mounts" in groups:
             samples.update(mounts_group(install, driver, image, params["mounts_rounds"], scratch))
+        if "hosts" in groups:
+            samples.update(hosts_group(install, image, params["hosts_rounds"], scratch))
     info["storage"] = args.storage
     info["load_after"] = os.getloadavg()
     info["baseline"] = str(args.baseline) if args.baseline else None

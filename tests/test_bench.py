@@ -37,6 +37,8 @@ ROWS = (
     "start_nvidia",
     "mounts_0",
     "mounts_3000",
+    "host_rhel",
+    "host_rhel_libs",
 )
 TARGETS = {
     "hook_none/floor": 1.1,
@@ -53,7 +55,7 @@ TARGETS = {
 }
 INFO = ("ready_precreate/ready_hook", "start_precreate/start_hook")
 INFO += ("ready_hook/ready_cdi", "start_hook/start_cdi", "ready_nvidia/ready_cdi")
-INFO += ("mounts_3000/mounts_0",)
+INFO += ("mounts_3000/mounts_0", "host_rhel_libs/host_rhel")
 ADDED = "(start_hook-start_plain)/(start_nvidia-start_plain)"
 READY_ADDED = "(ready_hook-ready_plain)/(ready_nvidia-ready_plain)"
 
