@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench import harness as h  # noqa: E402
+from ocihook.ld import cachefile  # noqa: E402
 from tests.support import hosts, nvidia_toolkit, podman, synthetic  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -52,8 +53,12 @@ ROWS = {
     "start_precreate": ("start", "podman run --rm, precreate route"),
     "mounts_0": ("mounts", "hook, full driver, the host's mount table as it is"),
     "mounts_3000": ("mounts", "hook, full driver, 3000 more mounts on the host"),
-    "host_rhel": ("hosts", "hook, NVIDIA profile, RHEL-like host root"),
-    "host_rhel_libs": ("hosts", "hook, NVIDIA profile, the same with 2500 more libs"),
+    "host_rhel": ("hosts", "hook, NVIDIA profile, RHEL-like root"),
+    "host_rhel_libs": ("hosts", "hook, NVIDIA profile, RHEL root + 2500 libs"),
+    "mounts_0@baseline": ("mounts", "--baseline: hook, full driver, the table as it is"),
+    "mounts_3000@baseline": ("mounts", "--baseline: hook, full driver, 3000 more mounts"),
+    "host_rhel@baseline": ("hosts", "--baseline: hook, NVIDIA profile, RHEL-like root"),
+    "host_rhel_libs@baseline": ("hosts", "--baseline: NVIDIA profile, RHEL root + 2500 libs"),
 }
 # Ratios of medians from the same interleaved group, and their targets (issue 40, after
 # issue 15). The start targets are checked twice: up to the container's first output
@@ -87,7 +92,14 @@ INFO_RATIOS = (
 )
 # With --baseline (another checkout installed alike, its rows interleaved with these): this
 # code over that one. No target: the figure says whether a change made the hook slower.
-BASELINE_RATIOS = ("hook_none/hook_none@baseline", "hook_full/hook_full@baseline")
+BASELINE_RATIOS = (
+    "hook_none/hook_none@baseline",
+    "hook_full/hook_full@baseline",
+    "mounts_0/mounts_0@baseline",
+    "mounts_3000/mounts_3000@baseline",
+    "host_rhel/host_rhel@baseline",
+    "host_rhel_libs/host_rhel_libs@baseline",
+)
 # Added start time over the bare start: (num - base) / (den - base).
 ADDED_TARGETS = {
     ("ready_hook", "ready_nvidia", "ready_plain"): 0.8,
@@ -434,17 +446,22 @@ def scale_group(install, image, sizes, rounds: int, scratch: Path) -> tuple[dict
 HOST_MOUNTS = 3000  # a busy Kubernetes node: a pod's secrets, shm, rootfs and volumes each
 
 
-def mounts_group(install, driver, image, rounds: int, scratch: Path) -> dict[str, list]:
+def mounts_group(
+    install, driver, image, rounds: int, scratch: Path, baseline=None
+) -> dict[str, list]:
     """The full driver with the host's mount table as it is and with HOST_MOUNTS more: each
     round one child per table (bench/hostmounts.py in a mount namespace of its own, which it
-    fills), three timed runs each, the two alternating."""
-    args = driver.hook_args()
+    fills), three timed runs each, the two alternating; with `baseline` (another checkout's
+    Install), its hook in children of its own in the same rounds."""
 
-    def child(mounts: int) -> list[float]:
+    def child(mounts: int, hook) -> list[float]:
+        args = driver.hook_args()
+        if hook.cache_tag:
+            args[args.index("--cache-dir") + 1] += f"-{hook.cache_tag}"
         job = {
             "mounts": mounts,
             "runs": 3,
-            "hook": str(install.hook),
+            "hook": str(hook.hook),
             "args": args,
             "image": str(image),
             "work": str(scratch),
@@ -459,11 +476,14 @@ def mounts_group(install, driver, image, rounds: int, scratch: Path) -> dict[str
             raise RuntimeError(f"bench/hostmounts.py: {result.stderr.strip()[-400:]}")
         return json.loads(result.stdout)
 
-    child(0)  # warm-up: the compiled config, the page cache
-    samples: dict[str, list] = {"mounts_0": [], "mounts_3000": []}
+    hooks = {"": install} if baseline is None else {"": install, "@baseline": baseline}
+    samples: dict[str, list] = {}
+    for hook in hooks.values():
+        child(0, hook)  # warm-up: the compiled config, the page cache
     for _ in range(rounds):
-        samples["mounts_0"] += child(0)
-        samples["mounts_3000"] += child(HOST_MOUNTS)
+        for mounts in (0, HOST_MOUNTS):
+            for suffix, hook in hooks.items():
+                samples.setdefault(f"mounts_{mounts}{suffix}", []).extend(child(mounts, hook))
     return samples
 
 
@@ -474,17 +494,23 @@ def host_driver(name: str, other_libraries: int) -> Path:
     """A config for the NVIDIA profile on a tree laid out like a RHEL host with NVIDIA's
     driver (tests/support/hosts.py: stand-in ELF files with the real sonames, its own
     ld.so.cache, device nodes with NVIDIA's numbers) and `other_libraries` more libraries
-    (with their .so links) in its /usr/lib64, as a real host has."""
+    (with their .so links) in its /usr/lib64 and its ld.so.cache, as a real host has."""
     root = h.WORK / "hosts" / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     hosts.rhel(root)
     lib = root / "usr" / "lib64"
+    cached = []
     for i in range(other_libraries):
         real = f"libother{i:05d}.so.{i % 9}"
         (lib / real).write_bytes(hosts.library(real))
+        cached.append((real, f"/usr/lib64/{real}", hosts.X86_64))
         if i % 2 == 0:
             os.symlink(real, lib / f"libother{i:05d}.so")
+    if cached:  # ldconfig lists them too: the host's cache has thousands of entries
+        cache = root / "etc" / "ld.so.cache"
+        entries = cachefile.parse(cache.read_bytes())
+        hosts.write_ld_cache(cache, entries + cached)
     setup = h.WORK / "config" / f"host-{name}"
     shutil.rmtree(setup, ignore_errors=True)
     setup.mkdir(parents=True)
@@ -494,20 +520,25 @@ def host_driver(name: str, other_libraries: int) -> Path:
     return config
 
 
-def hosts_group(install, image, rounds: int, scratch: Path) -> dict[str, list]:
+def hosts_group(install, image, rounds: int, scratch: Path, baseline=None) -> dict[str, list]:
     """The NVIDIA profile's injection (its default capabilities, every device) on a
     RHEL-like host root as it is and with OTHER_LIBRARIES more in its lib dir, interleaved:
-    what a host's own files cost discovery."""
+    what a host's own files cost discovery. `baseline`: another checkout's Install, run on
+    the same roots in the same rounds."""
     runners = {}
     for name, others in (("host_rhel", 0), ("host_rhel_libs", OTHER_LIBRARIES)):
         config = host_driver(name, others)
-        args = ["--config", str(config), "--cache-dir", str(config.parent / "cache")]
+        for suffix, hook in (("", install), ("@baseline", baseline)):
+            if hook is None:
+                continue
+            cache = config.parent / f"cache{hook.cache_tag}"
+            args = ["--config", str(config), "--cache-dir", str(cache)]
 
-        def run(args=args) -> float:
-            with h.Sandbox(image, {h.ANNOTATION: "all"}, work=scratch) as sandbox:
-                return h.timed([str(install.hook), *args], sandbox.state())
+            def run(args=args, hook=hook) -> float:
+                with h.Sandbox(image, {h.ANNOTATION: "all"}, work=scratch) as sandbox:
+                    return h.timed([str(hook.hook), *args], sandbox.state())
 
-        runners[name] = run
+            runners[name + suffix] = run
     time.sleep(1.5)  # the configs just written: their compile is cached once not racy
     return interleaved(runners, rounds)
 
@@ -592,9 +623,11 @@ def main(argv=None) -> int:
             s, d = scale_group(install, image, params["sizes"], params["scale_rounds"], scratch)
             samples.update(s), details.update(d)
         if "mounts" in groups:
-            samples.update(mounts_group(install, driver, image, params["mounts_rounds"], scratch))
+            samples.update(
+                mounts_group(install, driver, image, params["mounts_rounds"], scratch, baseline)
+            )
         if "hosts" in groups:
-            samples.update(hosts_group(install, image, params["hosts_rounds"], scratch))
+            samples.update(hosts_group(install, image, params["hosts_rounds"], scratch, baseline))
     info["storage"] = args.storage
     info["load_after"] = os.getloadavg()
     info["baseline"] = str(args.baseline) if args.baseline else None

@@ -17,6 +17,8 @@ from ocihook.errors import OcihookError
 from ocihook.ld import cachefile
 from tests.support import hosts, synthetic
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def _ldconfig_p(cache: str | None = None) -> list[tuple[str, str]]:
     """(soname, path) pairs as glibc's `ldconfig -p` prints them (reference only)."""
@@ -75,6 +77,91 @@ def test_string_offset_outside_the_file(tmp_path):
     data[48 + 4 : 48 + 8] = (1 << 30).to_bytes(4, "little")  # the first entry's key offset
     with pytest.raises(OcihookError, match="outside the file"):
         cachefile.parse(bytes(data))
+
+
+def _stems_to_ask(entries: list) -> set[str]:
+    """Every stem a cache holds, a name of some stem alone, the shipped profiles' stems, and
+    stems no entry has (an empty one, a prefix of many, a longer one)."""
+    stems = {name.split(".so", 1)[0] for name, _, _ in entries}
+    stems |= {name for name, _, _ in entries if ".so" not in name}
+    for profile in (REPO / "packaging" / "profiles").glob("*.yaml"):
+        stems |= set(re.findall(r"([A-Za-z0-9_+-]+)\.so", profile.read_text()))
+    return stems | {"", "lib", "libc", "libcuda.s", "libnvidia-ml-extra", "nosuchlib"}
+
+
+def _assert_lazy_index_is_the_parsed_one(data: bytes) -> int:
+    """Index of a Cache (entries decoded by stem, from the bytes) against Index of the
+    parsed entries: the same answer for every stem and arch, in the same order."""
+    entries = cachefile.parse(data)
+    asked = 0
+    for flags in {*cachefile.arch_flags("x86_64"), *cachefile.arch_flags("aarch64")} - {None}:
+        eager, lazy = (
+            cachefile.Index(entries, flags),
+            cachefile.Index(cachefile.Cache(data, "c"), flags),
+        )
+        for stem in sorted(_stems_to_ask(entries)):
+            assert lazy.stem(stem) == eager.stem(stem), (flags, stem)
+            assert lazy.candidates(stem + ".so.*") == eager.candidates(stem + ".so.*")
+            asked += 1
+        assert lazy.candidates("lib*.so.*") == eager.all == lazy.all
+    return asked
+
+
+def test_lazy_index_answers_as_the_parsed_one_on_this_hosts_cache():
+    """glibc's ldconfig merges strings (a name is the tail of its path): the lookup by
+    bytes must still find every name."""
+    assert _assert_lazy_index_is_the_parsed_one(Path("/etc/ld.so.cache").read_bytes()) > 100
+
+
+@pytest.mark.parametrize(
+    "layout", ["ubuntu", "rhel", "debian", "nvidia_nnn", "legacy_tls", "biarch_conf", "arch"]
+)
+def test_lazy_index_answers_as_the_parsed_one_on_hosts_layouts(layout, tmp_path):
+    root = getattr(hosts, layout)(tmp_path / "root")
+    for cache in sorted(root.rglob("ld.so.cache")):
+        if cache.is_file() and not cache.is_symlink():
+            _assert_lazy_index_is_the_parsed_one(cache.read_bytes())
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("fmt", ["new", "old", "compat"])
+def test_lazy_index_answers_as_the_parsed_one_in_every_format(fmt, tmp_path):
+    root = synthetic.build_driver(tmp_path / "root", layout="rhel")
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
+    subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
+    _assert_lazy_index_is_the_parsed_one((root / "etc/ld.so.cache").read_bytes())
+
+
+def test_lazy_index_of_a_big_cache_and_a_bad_offset(tmp_path):
+    """Thousands of names sharing heads (libfoo1, libfoo12...), names of a stem alone, and
+    both arches; then an offset outside the file in a looked-up entry is one error (an
+    entry never looked up is not decoded: the dynamic linker checks offsets at lookup too)."""
+    entries = [
+        (f"libfoo{i}.so.{i % 3}", f"/usr/lib64/libfoo{i}.so.{i % 3}", hosts.X86_64)
+        for i in range(1500)
+    ]
+    entries += [
+        (f"libfoo{i}.so.{i % 3}", f"/usr/lib/libfoo{i}.so.{i % 3}", hosts.I386)
+        for i in range(0, 1500, 7)
+    ]
+    entries += [
+        ("libfoo1", "/usr/lib64/libfoo1", hosts.X86_64),
+        ("libfoo.so", "/x/libfoo.so", hosts.X86_64),
+    ]
+    hosts.write_ld_cache(tmp_path / "c", entries)
+    data = (tmp_path / "c").read_bytes()
+    assert _assert_lazy_index_is_the_parsed_one(data) > 3000
+    bad = bytearray(data)
+    bad[48 + 8 : 48 + 12] = (1 << 30).to_bytes(4, "little")  # the first row's path offset
+    first, _, flags = cachefile.parse(data)[0]
+    arch = flags & cachefile.FLAG_ARCH_MASK
+    lazy = cachefile.Index(cachefile.Cache(bytes(bad), "cache"), arch)
+    assert lazy.stem("libfoo7") == cachefile.Index(entries, arch).stem("libfoo7")
+    with pytest.raises(OcihookError, match="cache: string offset .* outside the file"):
+        lazy.stem(first.split(".so", 1)[0])
+    with pytest.raises(OcihookError, match="outside the file"):
+        cachefile.Index(cachefile.Cache(bytes(bad), "cache"), arch).candidates("*")
 
 
 def test_arch_filter(tmp_path):

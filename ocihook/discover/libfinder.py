@@ -56,18 +56,18 @@ class LibraryFinder:
         self.profile = profile
         self.verify = verify
         self.cache_path = profile.get("ld_cache")
-        entries = None
+        cache = None
         if self.cache_path:
-            entries = cachefile.read(
+            cache = cachefile.load(
                 roots.source_fd,
                 self.cache_path,
                 f"source {host_path(roots.source_root, self.cache_path)}",
             )
-        self.cache_found = entries is not None
+        self.cache_found = cache is not None
         flags64, flags32 = cachefile.arch_flags()
         self.index = {
-            64: cachefile.Index(entries or [], flags64),
-            32: cachefile.Index(entries or [], flags32) if flags32 is not None else None,
+            64: cachefile.Index(cache or [], flags64),
+            32: cachefile.Index(cache or [], flags32) if flags32 is not None else None,
         }
         self.fallback = {64: profile["library_dirs"], 32: profile["library_dirs32"]}
         self.driver_dirs: dict[int, list[str]] = {64: [], 32: []}
@@ -180,10 +180,10 @@ class LibraryFinder:
         """Whether the ld cache lists `path` as a library of `arch`: ldconfig read its ELF
         class and keyed it by its DT_SONAME (the file name)."""
         index = self.index[arch]
-        if index is None or not index.all:
+        if index is None:
             return False
         name = os.path.basename(path)
-        return any(p == path for _, p in index.by_stem.get(name.split(".so", 1)[0], ()))
+        return any(p == path for _, p in index.stem(name.split(".so", 1)[0]))
 
     def of_arch(self, chosen: list[Candidate], directory: str, arch: int) -> list[Candidate]:
         """`chosen` without the files of the other ELF class: a file the ld cache lists for

@@ -80,16 +80,23 @@ class EntryType:
 _REGULAR, _LINK, _DIR = EntryType(stat.S_IFREG), EntryType(stat.S_IFLNK), EntryType(stat.S_IFDIR)
 
 
-def _entry_type(entry: os.DirEntry) -> EntryType:
-    """The entry's type from the directory itself (getdents' d_type: no lstat per entry);
-    an lstat only for other types, or where the file system does not say."""
-    if entry.is_symlink():
-        return _LINK
-    if entry.is_file(follow_symlinks=False):
-        return _REGULAR
-    if entry.is_dir(follow_symlinks=False):
-        return _DIR
-    return EntryType(stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode))
+def _entries(fd: int) -> dict[str, EntryType]:
+    """Each entry's type from the directory itself (getdents' d_type: no lstat per entry);
+    an lstat only for other types, or where the file system does not say. (One loop with
+    no call per entry: a host's lib dir has thousands.)"""
+    entries = {}
+    with os.scandir(fd) as it:
+        for entry in it:
+            if entry.is_symlink():
+                entries[entry.name] = _LINK
+            elif entry.is_file(follow_symlinks=False):
+                entries[entry.name] = _REGULAR
+            elif entry.is_dir(follow_symlinks=False):
+                entries[entry.name] = _DIR
+            else:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                entries[entry.name] = EntryType(stat.S_IFMT(mode))
+    return entries
 
 
 class Listing:
@@ -107,9 +114,7 @@ class Listing:
         except (FileNotFoundError, NotADirectoryError):
             return
         try:
-            with os.scandir(fd) as it:
-                for entry in it:
-                    self.entries[entry.name] = _entry_type(entry)
+            self.entries = _entries(fd)
             self.real = os.readlink(securepath.fd_path(fd))
         except BaseException:
             os.close(fd)

@@ -71,23 +71,32 @@ def _new_table_at(data: bytes) -> int | None:
     return new_at if data.startswith(NEW_MAGIC, new_at) else None
 
 
-def table(data: bytes) -> tuple[int, bool, list[tuple[int, int, int, int, int]]]:
-    """The one parser of the file's entry table: the new-format table where there is one
-    (alone, or after the old table), else the old one. String offsets of the new format
-    are relative to its header, the old format's to the end of its table. ValueError: not
-    an ld.so.cache, or a table that does not fit in the file."""
+def _layout(data: bytes) -> tuple[int, bool, int, int]:
+    """Where the entry table is, undecoded: (base of the string offsets, whether it is the
+    new format, offset of its first row, number of rows). ValueError as `table`."""
     new_at = _new_table_at(data)
     if new_at is None:
-        end = _OLD_HEADER.size + _OLD_HEADER.unpack_from(data, 0)[1] * _OLD_ENTRY.size
-        rows = [(f, k, v, 0, 0) for f, k, v in _OLD_ENTRY.iter_unpack(data[_OLD_HEADER.size : end])]
-        return end, False, rows
+        nlibs = _OLD_HEADER.unpack_from(data, 0)[1]
+        return _OLD_HEADER.size + nlibs * _OLD_ENTRY.size, False, _OLD_HEADER.size, nlibs
     if len(data) < new_at + _NEW_HEADER.size:
         raise ValueError("truncated")
     nlibs = _NEW_HEADER.unpack_from(data, new_at)[1]
     start = new_at + _NEW_HEADER.size
     if nlibs > (len(data) - start) // _NEW_ENTRY.size:
         raise ValueError(f"truncated: {nlibs} entries do not fit in {len(data)} bytes")
-    return new_at, True, list(_NEW_ENTRY.iter_unpack(data[start : start + nlibs * _NEW_ENTRY.size]))
+    return new_at, True, start, nlibs
+
+
+def table(data: bytes) -> tuple[int, bool, list[tuple[int, int, int, int, int]]]:
+    """The one parser of the file's entry table: the new-format table where there is one
+    (alone, or after the old table), else the old one. String offsets of the new format
+    are relative to its header, the old format's to the end of its table. ValueError: not
+    an ld.so.cache, or a table that does not fit in the file."""
+    base, new, start, count = _layout(data)
+    if not new:
+        rows = [(f, k, v, 0, 0) for f, k, v in _OLD_ENTRY.iter_unpack(data[start:base])]
+        return base, False, rows
+    return base, True, list(_NEW_ENTRY.iter_unpack(data[start : start + count * _NEW_ENTRY.size]))
 
 
 def string_at(data: bytes, offset: int) -> bytes:
@@ -134,8 +143,7 @@ def read_bounded(fd: int) -> bytes:
     raise ValueError(too_big)
 
 
-def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
-    """The entries of the cache at `path` inside the root `root_fd`; None if there is none."""
+def _read_data(root_fd: int, path: str, what: str) -> bytes | None:
     try:
         # O_NONBLOCK: a FIFO planted in a driver volume must not hang the hook.
         fd = securepath.resolve(root_fd, path, flags=os.O_RDONLY | os.O_NONBLOCK)
@@ -144,14 +152,107 @@ def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
     except OSError as error:
         raise OcihookError(f"{what}: {error.strerror}") from None
     try:
-        data = read_bounded(fd)
+        return read_bounded(fd)
     except ValueError as error:
         raise OcihookError(f"{what}: {error}") from None
     except OSError as error:
         raise OcihookError(f"{what}: {error.strerror}") from None
     finally:
         os.close(fd)
-    return parse(data, what)
+
+
+def read(root_fd: int, path: str, what: str) -> list[Entry] | None:
+    """The entries of the cache at `path` inside the root `root_fd`; None if there is none."""
+    data = _read_data(root_fd, path, what)
+    return None if data is None else parse(data, what)
+
+
+class Cache:
+    """A cache file's bytes with its table located but not decoded (`load`): an Index of it
+    decodes only the entries it is asked for. A host's cache has thousands of entries and a
+    profile asks for a few dozen names: decoding them all cost milliseconds per start. Its
+    table is checked to fit in the file as `table` checks it; a string offset outside the
+    file is refused where an entry is decoded (as the dynamic linker checks it, at lookup)."""
+
+    def __init__(self, data: bytes, what: str) -> None:
+        try:
+            self.base, new, self.start, count = _layout(data)
+        except ValueError as error:
+            raise OcihookError(f"{what}: {error}") from None
+        self.data = data
+        self.what = what
+        self.row = _NEW_ENTRY if new else _OLD_ENTRY
+        self.end = self.start + count * self.row.size
+        self._name_ats: list[int] = []
+        self._first_row: dict[int, int] | None = None  # name offset -> its first row
+
+    def entries(self) -> list[Entry]:
+        """Every entry, decoded (parse)."""
+        return parse(self.data, self.what)
+
+    def with_stem(self, stem: str, arch: int) -> list[tuple[str, str]]:
+        """(name, path) of the entries of `arch` whose name's part before its first ".so" is
+        `stem` (as Index groups them), in the cache's order. Found in the bytes: each place
+        the file holds `stem` followed by ".so" (or by the NUL ending a name of `stem` alone)
+        that a row's name offset points at; ldconfig merges strings, so a name is often the
+        tail of a path, and only the rows' offsets say where names are."""
+        data, base, start, size = self.data, self.base, self.start, self.row.size
+        encoded = stem.encode("utf-8", "surrogateescape")
+        if not encoded:  # names starting with ".so" or empty: no bytes to look for
+            return [
+                (n, p)
+                for n, p, f in self.entries()
+                if is_arch(f, arch) and not n.split(".so", 1)[0]
+            ]
+        after = len(encoded)
+        rows = set()
+        at = data.find(encoded, base)
+        while at >= 0:
+            follows = data[at + after : at + after + 3]
+            if follows == b".so" or follows[:1] == b"\0":
+                rows.update(self._rows_named_at(at - base))
+            at = data.find(encoded, at + 1)
+        found = []
+        try:
+            for index in sorted(rows):
+                flags, key, value = self.row.unpack_from(data, start + index * size)[:3]
+                if is_arch(flags, arch):
+                    name = _text(string_at(data, base + key))
+                    found.append((name, _text(string_at(data, base + value))))
+        except ValueError as error:
+            raise OcihookError(f"{self.what}: {error}") from None
+        return found
+
+    def _rows_named_at(self, name_at: int) -> list[int]:
+        """The rows whose name offset is `name_at` (several where one string is shared, as
+        by a 32-bit and a 64-bit library of one name)."""
+        if self._first_row is None:
+            # Every row's name offset, read at C speed: the table as 32-bit words, the name
+            # offset the second word of a row in either format (after the flags).
+            words = memoryview(self.data)[self.start : self.end].cast("I")
+            self._name_ats = list(words[1 :: self.row.size // 4])
+            last = len(self._name_ats) - 1
+            self._first_row = dict(zip(reversed(self._name_ats), range(last, -1, -1)))
+        row = self._first_row.get(name_at)
+        if row is None:
+            return []
+        if len(self._first_row) == len(self._name_ats):  # every row's name its own string
+            return [row]
+        rows = []
+        while row >= 0:
+            rows.append(row)
+            try:
+                row = self._name_ats.index(name_at, row + 1)
+            except ValueError:
+                row = -1
+        return rows
+
+
+def load(root_fd: int, path: str, what: str) -> Cache | None:
+    """The cache at `path` inside the root `root_fd`, its table located; None if there is
+    none. OcihookError: not an ld.so.cache, or a table that does not fit in the file."""
+    data = _read_data(root_fd, path, what)
+    return None if data is None else Cache(data, what)
 
 
 def is_arch(flags: int, arch: int) -> bool:
@@ -160,23 +261,45 @@ def is_arch(flags: int, arch: int) -> bool:
 
 
 class Index:
-    """Entries of one arch, grouped by the name before ".so" for quick lookups by pattern."""
+    """Entries of one arch, grouped by the name before ".so" for quick lookups by pattern:
+    of a list of entries (parse), or of a Cache, whose entries are decoded as they are
+    looked up (Cache.with_stem)."""
 
-    def __init__(self, entries: list[Entry], arch: int) -> None:
-        self.by_stem: dict[str, list[tuple[str, str]]] = {}
-        self.all: list[tuple[str, str]] = []
-        for soname, path, flags in entries:
-            if is_arch(flags, arch):
-                item = (soname, path)
-                self.all.append(item)
-                self.by_stem.setdefault(soname.split(".so", 1)[0], []).append(item)
+    def __init__(self, entries: list[Entry] | Cache, arch: int) -> None:
+        self.arch = arch
+        self._cache = entries if isinstance(entries, Cache) else None
+        self._all: list[tuple[str, str]] | None = None
+        self._by_stem: dict[str, list[tuple[str, str]]] = {}
+        if self._cache is None:
+            self._all = []
+            for soname, path, flags in entries:
+                if is_arch(flags, arch):
+                    item = (soname, path)
+                    self._all.append(item)
+                    self._by_stem.setdefault(soname.split(".so", 1)[0], []).append(item)
+
+    @property
+    def all(self) -> list[tuple[str, str]]:
+        """Every (name, path) of the arch, in the cache's order."""
+        if self._all is None:
+            self._all = [(n, p) for n, p, f in self._cache.entries() if is_arch(f, self.arch)]
+        return self._all
+
+    def stem(self, stem: str) -> list[tuple[str, str]]:
+        """The (name, path) entries whose name's part before ".so" is `stem`."""
+        if self._cache is None:
+            return self._by_stem.get(stem, [])
+        found = self._by_stem.get(stem)
+        if found is None:
+            found = self._by_stem[stem] = self._cache.with_stem(stem, self.arch)
+        return found
 
     def candidates(self, pattern: str) -> list[tuple[str, str]]:
         """(soname, path) entries that may match `pattern` (the caller matches exactly)."""
         stem = pattern.split(".so", 1)[0]
         if "*" in stem or "?" in stem or "[" in stem:
             return self.all
-        return self.by_stem.get(stem, [])
+        return self.stem(stem)
 
 
 # -- merging into and writing the new format (the native ld cache writer) ---------------------
