@@ -113,6 +113,7 @@ def test_lazy_index_answers_as_the_parsed_one_on_this_hosts_cache():
     assert _assert_lazy_index_is_the_parsed_one(Path("/etc/ld.so.cache").read_bytes()) > 100
 
 
+@pytest.mark.root  # the layouts have device nodes (mknod)
 @pytest.mark.parametrize(
     "layout", ["ubuntu", "rhel", "debian", "nvidia_nnn", "legacy_tls", "biarch_conf", "arch"]
 )
