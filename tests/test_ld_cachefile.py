@@ -165,6 +165,24 @@ def test_lazy_index_of_a_big_cache_and_a_bad_offset(tmp_path):
         cachefile.Index(cachefile.Cache(bytes(bad), "cache"), arch).candidates("*")
 
 
+def test_a_cache_made_to_repeat_a_name_is_decoded_once(tmp_path):
+    """A driver volume's cache whose strings repeat a profile's name far more often than a
+    real cache could (each row holds a name and a path): the lookup stops looking in the
+    bytes and decodes the entries, with the same answer as the parsed index."""
+    entries = [("libcuda.so.1", "/usr/lib64/libcuda.so.1", hosts.X86_64)]
+    entries += [
+        (f"libx{i}.so.1", "/usr/lib64/" + "libcuda.so." * 50 + str(i), hosts.X86_64)
+        for i in range(40)
+    ]
+    hosts.write_ld_cache(tmp_path / "c", entries)
+    data = (tmp_path / "c").read_bytes()
+    assert data.count(b"libcuda.so") > 4 * len(entries) + 64
+    lazy = cachefile.Index(cachefile.Cache(data, "c"), cachefile.FLAG_X8664_LIB64)
+    eager = cachefile.Index(cachefile.parse(data), cachefile.FLAG_X8664_LIB64)
+    assert lazy.stem("libcuda") == eager.stem("libcuda") == [entries[0][:2]]
+    assert lazy.stem("libx7") == eager.stem("libx7")
+
+
 def test_arch_filter(tmp_path):
     entries = [("libcuda.so.1", "/lib64/a", hosts.X86_64), ("libcuda.so.1", "/lib32/a", 3)]
     x64, x32 = cachefile.arch_flags("x86_64")

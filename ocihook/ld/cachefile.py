@@ -184,18 +184,23 @@ class Cache:
         self.row = _NEW_ENTRY if new else _OLD_ENTRY
         self.end = self.start + count * self.row.size
         self._name_ats: list[int] = []
+        self._entries: list[Entry] | None = None
         self._first_row: dict[int, int] | None = None  # name offset -> its first row
 
     def entries(self) -> list[Entry]:
-        """Every entry, decoded (parse)."""
-        return parse(self.data, self.what)
+        """Every entry, decoded (parse), once."""
+        if self._entries is None:
+            self._entries = parse(self.data, self.what)
+        return self._entries
 
     def with_stem(self, stem: str, arch: int) -> list[tuple[str, str]]:
         """(name, path) of the entries of `arch` whose name's part before its first ".so" is
         `stem` (as Index groups them), in the cache's order. Found in the bytes: each place
         the file holds `stem` followed by ".so" (or by the NUL ending a name of `stem` alone)
         that a row's name offset points at; ldconfig merges strings, so a name is often the
-        tail of a path, and only the rows' offsets say where names are."""
+        tail of a path, and only the rows' offsets say where names are. A file holding the
+        stem far more often than its rows could (a driver volume's, made so) is decoded
+        whole instead, once: never more work than the parse."""
         data, base, start, size = self.data, self.base, self.start, self.row.size
         encoded = stem.encode("utf-8", "surrogateescape")
         if not encoded:  # names starting with ".so" or empty: no bytes to look for
@@ -206,8 +211,16 @@ class Cache:
             ]
         after = len(encoded)
         rows = set()
+        left = 4 * (self.end - start) // size + 64  # a real cache holds a name a few times
         at = data.find(encoded, base)
         while at >= 0:
+            left -= 1
+            if left < 0:  # a file made to repeat it: decode every entry once, no more
+                return [
+                    (n, p)
+                    for n, p, f in self.entries()
+                    if is_arch(f, arch) and n.split(".so", 1)[0] == stem
+                ]
             follows = data[at + after : at + after + 3]
             if follows == b".so" or follows[:1] == b"\0":
                 rows.update(self._rows_named_at(at - base))
