@@ -33,21 +33,28 @@ def test_host_cache_matches_ldconfig_p():
     assert [(k, v) for k, v, _ in entries] == _ldconfig_p()
 
 
+def _ldconfig_tree(root: Path, fmt: str) -> Path:
+    """A driver tree of real ELF libraries with sonames, cached by the host's `ldconfig -r`
+    in the format `fmt` (new, old or compat); the cache's path."""
+    synthetic.build_driver(root, layout="rhel")
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
+    subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
+    return root / "etc/ld.so.cache"
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("fmt", ["new", "old", "compat"])
 def test_ldconfig_of_a_driver_tree(fmt, tmp_path):
     """Real ELF libraries with sonames, cached by the host's ldconfig -r in each format."""
-    root = synthetic.build_driver(tmp_path / "root", layout="rhel")
-    (root / "etc").mkdir()
-    (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
-    subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
-    data = (root / "etc/ld.so.cache").read_bytes()
+    cache = _ldconfig_tree(tmp_path / "root", fmt)
+    data = cache.read_bytes()
     assert (cachefile.NEW_MAGIC in data) == (fmt != "old")
     assert data.startswith(cachefile.OLD_MAGIC) == (fmt != "new")
     entries = cachefile.parse(data)
     assert ("libsynth.so.1", "/usr/lib64/libsynth.so.1", hosts.X86_64) in entries
     assert ("libsynth-ml.so.1", "/usr/lib64/libsynth-ml.so.1", hosts.X86_64) in entries
-    assert [(k, v) for k, v, _ in entries] == _ldconfig_p(str(root / "etc/ld.so.cache"))
+    assert [(k, v) for k, v, _ in entries] == _ldconfig_p(str(cache))
 
 
 def test_writer_round_trip(tmp_path):
@@ -127,11 +134,7 @@ def test_lazy_index_answers_as_the_parsed_one_on_hosts_layouts(layout, tmp_path)
 @pytest.mark.root
 @pytest.mark.parametrize("fmt", ["new", "old", "compat"])
 def test_lazy_index_answers_as_the_parsed_one_in_every_format(fmt, tmp_path):
-    root = synthetic.build_driver(tmp_path / "root", layout="rhel")
-    (root / "etc").mkdir()
-    (root / "etc/ld.so.conf").write_text("/usr/lib64\n")
-    subprocess.run(["ldconfig", "-r", str(root), "-c", fmt], check=True)
-    _assert_lazy_index_is_the_parsed_one((root / "etc/ld.so.cache").read_bytes())
+    _assert_lazy_index_is_the_parsed_one(_ldconfig_tree(tmp_path / "root", fmt).read_bytes())
 
 
 def test_lazy_index_of_a_big_cache_and_a_bad_offset(tmp_path):

@@ -204,11 +204,7 @@ class Cache:
         data, base, start, size = self.data, self.base, self.start, self.row.size
         encoded = stem.encode("utf-8", "surrogateescape")
         if not encoded:  # names starting with ".so" or empty: no bytes to look for
-            return [
-                (n, p)
-                for n, p, f in self.entries()
-                if is_arch(f, arch) and not n.split(".so", 1)[0]
-            ]
+            return self._decoded_with_stem(stem, arch)
         after = len(encoded)
         rows = set()
         left = 4 * (self.end - start) // size + 64  # a real cache holds a name a few times
@@ -216,11 +212,7 @@ class Cache:
         while at >= 0:
             left -= 1
             if left < 0:  # a file made to repeat it: decode every entry once, no more
-                return [
-                    (n, p)
-                    for n, p, f in self.entries()
-                    if is_arch(f, arch) and n.split(".so", 1)[0] == stem
-                ]
+                return self._decoded_with_stem(stem, arch)
             follows = data[at + after : at + after + 3]
             if follows == b".so" or follows[:1] == b"\0":
                 rows.update(self._rows_named_at(at - base))
@@ -235,6 +227,15 @@ class Cache:
         except ValueError as error:
             raise OcihookError(f"{self.what}: {error}") from None
         return found
+
+    def _decoded_with_stem(self, stem: str, arch: int) -> list[tuple[str, str]]:
+        """with_stem's answer from every entry decoded (Index's grouping by the name's part
+        before ".so")."""
+        return [
+            (n, p)
+            for n, p, f in self.entries()
+            if is_arch(f, arch) and n.split(".so", 1)[0] == stem
+        ]
 
     def _rows_named_at(self, name_at: int) -> list[int]:
         """The rows whose name offset is `name_at` (several where one string is shared, as
