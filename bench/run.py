@@ -51,6 +51,8 @@ ROWS = {
     "start_cdi": ("start", "podman run --rm, CDI stand-in (extra)"),
     "start_hook": ("start", "podman run --rm, prestart route"),
     "start_precreate": ("start", "podman run --rm, precreate route"),
+    "ready_floor2": ("start", "container's first output, precreate route's floor"),
+    "start_floor2": ("start", "podman run --rm, precreate route's floor"),
     "mounts_0": ("mounts", "hook, full driver, the host's mount table as it is"),
     "mounts_3000": ("mounts", "hook, full driver, 3000 more mounts on the host"),
     "host_rhel": ("hosts", "hook, NVIDIA profile, RHEL-like root"),
@@ -80,10 +82,16 @@ TARGETS = {
     "start_precreate/start_nvidia": 0.90,
 }
 # Shown without a target: the routes against each other, and against the CDI stand-in (the
-# spec `ocihook cdi generate` writes, run with ocihook's own Python cdi-hook: an extra row).
+# spec `ocihook cdi generate` writes, run with ocihook's own Python cdi-hook: an extra row);
+# the floor of any precreate route (floor2: see floor_hooks_dir) against the peers.
 INFO_RATIOS = (
     "ready_precreate/ready_hook",
     "start_precreate/start_hook",
+    "ready_floor2/ready_nvidia",
+    "start_floor2/start_nvidia",
+    "ready_floor2/ready_flags",
+    "start_floor2/start_flags",
+    "ready_precreate/ready_floor2",
     "ready_hook/ready_cdi",
     "start_hook/start_cdi",
     "ready_nvidia/ready_cdi",
@@ -259,6 +267,14 @@ def start_group(
     for device in record["devices"]:
         flags += ["--device", f"{device['host_path']}:{device['path']}:rw"]
 
+    floor_dir = h.WORK / "hooks.d.floor2"
+    witness = h.WORK / "floor2-stages"
+    witness.unlink(missing_ok=True)
+    floor_hooks_dir(install, floor_dir, witness)
+    timed_start(image, floor_dir, "all", flags)  # both no-op hooks run (and say so)
+    floor2 = {"stages_run": witness.read_text().split()}
+    floor_hooks_dir(install, floor_dir)
+
     def start(devices=None, extra=None, hooks=hooks_dir):
         def run() -> tuple[float, float]:
             return timed_start(image, hooks, devices, extra)
@@ -280,6 +296,7 @@ def start_group(
             "start_cdi": start(extra=["--device", f"{kind}=all"]),
             "start_hook": start(devices="all"),
             "start_precreate": start(devices="all", hooks=precreate_dir),
+            "start_floor2": start(devices="all", extra=flags, hooks=floor_dir),
         }
         timed_start(image, hooks_dir, None, ["--device", f"{kind}=all"])  # the spec works
         if nvidia is not None:
@@ -300,8 +317,44 @@ def start_group(
             except OSError:
                 pass
     info["start_flags"] = {"volumes": len(record["mounts"]), "devices": len(record["devices"])}
+    info["start_floor2"] = floor2
     info["start_cdi"] = cdi
     return samples, info
+
+
+def floor_hooks_dir(install, hooks_dir: Path, witness: Path | None = None) -> Path:
+    """The floor of any precreate route of a Python hook, as a hooks dir: the runtime makes
+    the driver's mounts and nodes (the rows' -v/--device), a precreate hook hands the config
+    back unchanged and a createRuntime hook reads the state, each the hook's interpreter
+    (`python3 -IS`, as packaging/ocihook-hook) doing nothing else. Two processes because the
+    device rules can only be granted after the runtime made the cgroup (docs/cgroups.md, "One
+    hook process per container start: which route"); no real route can start faster.
+    `witness`: each hook also appends its stage to that file (the check that podman ran
+    both; the timed runs go without)."""
+    hooks_dir.mkdir(parents=True, exist_ok=True)
+    bodies = {
+        "precreate": "sys.stdout.buffer.write(data)",
+        "createRuntime": "pass",
+    }
+    for stage, body in bodies.items():
+        script = hooks_dir / f"noop-{stage}"
+        script.write_text(
+            f"#!{install.python} -IS\nimport sys\n\ndata = sys.stdin.buffer.read()\n"
+            f"if len(sys.argv) > 1:\n    with open(sys.argv[1], 'a') as log:\n"
+            f"        log.write('{stage}\\n')\n{body}\n"
+        )
+        script.chmod(0o755)
+        document = {
+            "version": "1.0.0",
+            "hook": {
+                "path": str(script),
+                "args": [script.name] + ([str(witness)] if witness else []),
+            },
+            "when": {"annotations": {r"^ocihook\.io/devices$": ".+"}},
+            "stages": [stage],
+        }
+        (hooks_dir / f"noop-{stage}.json").write_text(json.dumps(document, indent=2))
+    return hooks_dir
 
 
 def import_image(root: Path) -> str:
@@ -696,6 +749,9 @@ def main(argv=None) -> int:
             "driver, its hooks `ocihook cdi-hook` processes (Python)",
             "start_hook is the prestart route (hooks.d/ocihook.json: createRuntime), "
             "start_precreate the precreate route (ocihook-precreate.json beside it)",
+            "start_floor2 is the floor of any precreate route of a Python hook: the -v/--device "
+            "of start_flags, and two hooks of the hook's interpreter that do nothing (a "
+            "precreate hook handing the config back, a createRuntime hook reading the state)",
         ],
         "rows": rows,
         "ratios": ratios,
