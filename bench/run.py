@@ -51,7 +51,9 @@ ROWS = {
     "start_cdi": ("start", "podman run --rm, CDI stand-in (extra)"),
     "start_hook": ("start", "podman run --rm, prestart route"),
     "start_precreate": ("start", "podman run --rm, precreate route"),
+    "ready_floor1": ("start", "container's first output, -v/--device, 1 no-op hook"),
     "ready_floor2": ("start", "container's first output, precreate route's floor"),
+    "start_floor1": ("start", "podman run --rm, -v/--device and 1 no-op hook"),
     "start_floor2": ("start", "podman run --rm, precreate route's floor"),
     "mounts_0": ("mounts", "hook, full driver, the host's mount table as it is"),
     "mounts_3000": ("mounts", "hook, full driver, 3000 more mounts on the host"),
@@ -83,10 +85,13 @@ TARGETS = {
 }
 # Shown without a target: the routes against each other, and against the CDI stand-in (the
 # spec `ocihook cdi generate` writes, run with ocihook's own Python cdi-hook: an extra row);
-# the floor of any precreate route (floor2: see floor_hooks_dir) against the peers.
+# the floor of every precreate route (floor2) and of one that had a single process (floor1:
+# see floor_hooks_dir) against the peers.
 INFO_RATIOS = (
     "ready_precreate/ready_hook",
     "start_precreate/start_hook",
+    "ready_floor1/ready_nvidia",
+    "start_floor1/start_nvidia",
     "ready_floor2/ready_nvidia",
     "start_floor2/start_nvidia",
     "ready_floor2/ready_flags",
@@ -113,6 +118,8 @@ ADDED_TARGETS = {
     ("ready_hook", "ready_nvidia", "ready_plain"): 0.8,
     ("start_hook", "start_nvidia", "start_plain"): 0.8,
 }
+# The no-op hooks of the precreate route's floors (floor_hooks_dir), by the stage they run at.
+FLOOR_STAGES = {"floor1": ("precreate",), "floor2": ("precreate", "createRuntime")}
 PODMAN = ["podman"]  # with --root/--runroot when the start group uses the scratch ext4
 CDI_SPEC_DIR = Path("/var/run/cdi")  # podman 4.3 reads /etc/cdi and /var/run/cdi only
 MODES = {
@@ -267,13 +274,17 @@ def start_group(
     for device in record["devices"]:
         flags += ["--device", f"{device['host_path']}:{device['path']}:rw"]
 
-    floor_dir = h.WORK / "hooks.d.floor2"
-    witness = h.WORK / "floor2-stages"
-    witness.unlink(missing_ok=True)
-    floor_hooks_dir(install, floor_dir, witness)
-    timed_start(image, floor_dir, "all", flags)  # both no-op hooks run (and say so)
-    floor2 = {"stages_run": witness.read_text().split()}
-    floor_hooks_dir(install, floor_dir)
+    info: dict = {}
+    floors: dict[str, Path] = {}
+    for name, stages in FLOOR_STAGES.items():
+        floors[name] = h.WORK / f"hooks.d.{name}"
+        shutil.rmtree(floors[name], ignore_errors=True)
+        witness = h.WORK / f"{name}-stages"
+        witness.unlink(missing_ok=True)
+        floor_hooks_dir(install, floors[name], stages, witness)
+        timed_start(image, floors[name], "all", flags)  # the no-op hooks run (and say so)
+        info[f"start_{name}"] = {"stages_run": witness.read_text().split()}
+        floor_hooks_dir(install, floors[name], stages)
 
     def start(devices=None, extra=None, hooks=hooks_dir):
         def run() -> tuple[float, float]:
@@ -286,7 +297,6 @@ def start_group(
     nvidia_kind = f"nvidia-bench.io/g{os.getpid()}"
     nvidia_spec = CDI_SPEC_DIR / (nvidia_kind.replace("/", "_") + ".json")
     spec_dir_existed = CDI_SPEC_DIR.exists()
-    info: dict = {}
     try:
         cdi = write_cdi_spec(install, driver, kind, spec)
         nvidia = write_nvidia_spec(driver, nvidia_kind, nvidia_spec)
@@ -296,7 +306,8 @@ def start_group(
             "start_cdi": start(extra=["--device", f"{kind}=all"]),
             "start_hook": start(devices="all"),
             "start_precreate": start(devices="all", hooks=precreate_dir),
-            "start_floor2": start(devices="all", extra=flags, hooks=floor_dir),
+            "start_floor1": start(devices="all", extra=flags, hooks=floors["floor1"]),
+            "start_floor2": start(devices="all", extra=flags, hooks=floors["floor2"]),
         }
         timed_start(image, hooks_dir, None, ["--device", f"{kind}=all"])  # the spec works
         if nvidia is not None:
@@ -317,26 +328,29 @@ def start_group(
             except OSError:
                 pass
     info["start_flags"] = {"volumes": len(record["mounts"]), "devices": len(record["devices"])}
-    info["start_floor2"] = floor2
     info["start_cdi"] = cdi
     return samples, info
 
 
-def floor_hooks_dir(install, hooks_dir: Path, witness: Path | None = None) -> Path:
-    """The floor of any precreate route of a Python hook, as a hooks dir: the runtime makes
+def floor_hooks_dir(
+    install, hooks_dir: Path, stages: tuple[str, ...], witness: Path | None = None
+) -> Path:
+    """The floor of a precreate route of a Python hook, as a hooks dir: the runtime makes
     the driver's mounts and nodes (the rows' -v/--device), a precreate hook hands the config
-    back unchanged and a createRuntime hook reads the state, each the hook's interpreter
-    (`python3 -IS`, as packaging/ocihook-hook) doing nothing else. Two processes because the
-    device rules can only be granted after the runtime made the cgroup (docs/cgroups.md, "One
-    hook process per container start: which route"); no real route can start faster.
-    `witness`: each hook also appends its stage to that file (the check that podman ran
-    both; the timed runs go without)."""
+    back unchanged and (floor2) a createRuntime hook reads the state, each the hook's
+    interpreter (`python3 -IS`, as packaging/ocihook-hook) doing nothing else. floor2 is the
+    floor of every precreate route: the device rules can only be granted after the runtime
+    made the cgroup (docs/cgroups.md, "One hook process per container start: which route");
+    floor1 is what a route of one process would start at if the runtime could be handed the
+    rules. `witness`: each hook also appends its stage to that file (the check that podman
+    ran them; the timed runs go without)."""
     hooks_dir.mkdir(parents=True, exist_ok=True)
     bodies = {
         "precreate": "sys.stdout.buffer.write(data)",
         "createRuntime": "pass",
     }
-    for stage, body in bodies.items():
+    for stage in stages:
+        body = bodies[stage]
         script = hooks_dir / f"noop-{stage}"
         script.write_text(
             f"#!{install.python} -IS\nimport sys\n\ndata = sys.stdin.buffer.read()\n"
@@ -749,9 +763,10 @@ def main(argv=None) -> int:
             "driver, its hooks `ocihook cdi-hook` processes (Python)",
             "start_hook is the prestart route (hooks.d/ocihook.json: createRuntime), "
             "start_precreate the precreate route (ocihook-precreate.json beside it)",
-            "start_floor2 is the floor of any precreate route of a Python hook: the -v/--device "
-            "of start_flags, and two hooks of the hook's interpreter that do nothing (a "
-            "precreate hook handing the config back, a createRuntime hook reading the state)",
+            "start_floor2 is the floor of every precreate route of a Python hook: the "
+            "-v/--device of start_flags, and two hooks of the hook's interpreter that do "
+            "nothing (a precreate hook handing the config back, a createRuntime hook reading "
+            "the state); start_floor1 the same with the precreate hook alone",
         ],
         "rows": rows,
         "ratios": ratios,

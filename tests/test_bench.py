@@ -33,6 +33,8 @@ ROWS = (
     "start_hook",
     "ready_precreate",
     "start_precreate",
+    "ready_floor1",
+    "start_floor1",
     "ready_floor2",
     "start_floor2",
     "ready_nvidia",
@@ -56,6 +58,7 @@ TARGETS = {
     "start_precreate/start_nvidia": 0.9,
 }
 INFO = ("ready_precreate/ready_hook", "start_precreate/start_hook")
+INFO += ("ready_floor1/ready_nvidia", "start_floor1/start_nvidia")
 INFO += ("ready_floor2/ready_nvidia", "start_floor2/start_nvidia")
 INFO += ("ready_floor2/ready_flags", "start_floor2/start_flags", "ready_precreate/ready_floor2")
 INFO += ("ready_hook/ready_cdi", "start_hook/start_cdi", "ready_nvidia/ready_cdi")
@@ -104,7 +107,8 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert nvidia["device_nodes"] == rows["hook_full"]["devices"]
     assert nvidia["links"] == rows["hook_full"]["links"]
     assert nvidia["hooks"] == ["nvidia-cdi-hook create-symlinks", "nvidia-cdi-hook update-ldcache"]
-    # a precreate route's floor: podman ran its two no-op hooks, in the order of the stages
+    # the precreate route's floors: podman ran their no-op hooks, in the order of the stages
+    assert rows["start_floor1"]["stages_run"] == ["precreate"]
     assert rows["start_floor2"]["stages_run"] == ["precreate", "createRuntime"]
     for n in sizes:
         assert rows[f"scale_{n}"]["library_files"] == n
@@ -120,6 +124,7 @@ def test_quick_bench_writes_every_row(tmp_path):
         "cdi",
         "hook",
         "precreate",
+        "floor1",
         "floor2",
     ):  # the container runs before podman exits
         assert rows[f"ready_{variant}"]["median_ms"] < rows[f"start_{variant}"]["median_ms"]
