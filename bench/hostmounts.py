@@ -15,10 +15,8 @@ table of thousands of lines must not cost it what the driver's files cost.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,26 +24,22 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench import harness as h  # noqa: E402
+from ocihook.linux import syscalls  # noqa: E402
 
 
 def add_mounts(under: Path, count: int) -> None:
     """`count` tmpfs mounts below `under` (itself a tmpfs, so nothing is left on disk)."""
     under.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "ocihook-bench", str(under)], check=True
-    )
-    libc = ctypes.CDLL(None, use_errno=True)
+    syscalls.mount("ocihook-bench", str(under), "tmpfs", 0, "size=1m")
     for i in range(count):
         point = under / str(i)
         point.mkdir()
-        if libc.mount(b"ocihook-bench", bytes(point), b"tmpfs", 0, b"size=4k") != 0:
-            error = ctypes.get_errno()
-            raise OSError(error, f"mount tmpfs on {point}: {os.strerror(error)}")
+        syscalls.mount("ocihook-bench", str(point), "tmpfs", 0, "size=4k")
 
 
 def main() -> int:
     job = json.loads(sys.argv[1])
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     work = Path(job["work"])
     if job["mounts"]:
         add_mounts(work / f"hostmounts-{os.getpid()}", job["mounts"])

@@ -37,18 +37,17 @@ os.mkdir(f"{base}/real/store")
 subprocess.run(["mount", "-t", "tmpfs", "tmpfs", f"{base}/real/store"], check=True)
 os.symlink(f"{base}/real", f"{base}/linked")
 os.symlink(f"{base}/overlay-like", f"{base}/last-is-link")
+os.mkdir(f"{base}/overlay-like/inside")
 cases = {
     "tmpfs": f"{base}/overlay-like",
     "bound onto itself": f"{base}/bound",
     "a plain directory": f"{base}/plain",
-    "a directory in a mount": f"{base}/overlay-like",
+    "a directory in a mount": f"{base}/overlay-like/inside",
     "the namespace root": "/",
     "a symlinked parent": f"{base}/linked/store",
     "a symlink as the last part": f"{base}/last-is-link",
     "missing": f"{base}/missing",
 }
-os.mkdir(f"{base}/overlay-like/inside")
-cases["a directory in a mount"] = f"{base}/overlay-like/inside"
 out = {}
 for name, path in cases.items():
     try:

@@ -183,9 +183,9 @@ class Cache:
         self.what = what
         self.row = _NEW_ENTRY if new else _OLD_ENTRY
         self.end = self.start + count * self.row.size
-        self._name_ats: list[int] = []
         self._entries: list[Entry] | None = None
         self._first_row: dict[int, int] | None = None  # name offset -> its first row
+        self._later_rows: dict[int, list[int]] = {}  # name offset -> its other rows, if any
 
     def entries(self) -> list[Entry]:
         """Every entry, decoded (parse), once."""
@@ -238,28 +238,23 @@ class Cache:
         ]
 
     def _rows_named_at(self, name_at: int) -> list[int]:
-        """The rows whose name offset is `name_at` (several where one string is shared, as
-        by a 32-bit and a 64-bit library of one name)."""
+        """The rows whose name offset is `name_at`, in order (several where one string is
+        shared, as by a 32-bit and a 64-bit library of one name)."""
         if self._first_row is None:
             # Every row's name offset, read at C speed: the table as 32-bit words, the name
             # offset the second word of a row in either format (after the flags).
             words = memoryview(self.data)[self.start : self.end].cast("I")
-            self._name_ats = list(words[1 :: self.row.size // 4])
-            last = len(self._name_ats) - 1
-            self._first_row = dict(zip(reversed(self._name_ats), range(last, -1, -1)))
+            name_ats = words[1 :: self.row.size // 4].tolist()
+            last = len(name_ats) - 1
+            self._first_row = dict(zip(reversed(name_ats), range(last, -1, -1)))
+            if len(self._first_row) != len(name_ats):  # shared strings: their later rows
+                for row, at in enumerate(name_ats):
+                    if self._first_row[at] != row:
+                        self._later_rows.setdefault(at, []).append(row)
         row = self._first_row.get(name_at)
         if row is None:
             return []
-        if len(self._first_row) == len(self._name_ats):  # every row's name its own string
-            return [row]
-        rows = []
-        while row >= 0:
-            rows.append(row)
-            try:
-                row = self._name_ats.index(name_at, row + 1)
-            except ValueError:
-                row = -1
-        return rows
+        return [row, *self._later_rows.get(name_at, ())]
 
 
 def load(root_fd: int, path: str, what: str) -> Cache | None:
